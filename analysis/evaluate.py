@@ -65,7 +65,7 @@ IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.",)
 #: Identity columns of ``summary.csv`` (metric columns follow, in ``METRICS`` order).
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "run", "name", "env", "dist", "algo", "label", "variant", "finetune", "seed", "n_clients",
-    "rounds", "local_steps", "returns", "gamma", "front", "front_size", "outside_ref",
+    "rounds", "local_steps", "wall_time_s", "returns", "gamma", "front", "front_size", "outside_ref",
 )
 #: The accuracy statistics of vision runs, in table order, with their directions.
 VISION_METRICS: dict[str, MetricInfo] = {
@@ -259,7 +259,8 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
             "run": str(run.path), "name": run.name, "env": run.env, "dist": run.dist,
             "algo": run.algo, "label": run.label, "variant": variant, "finetune": run.finetune,
             "seed": run.seed, "n_clients": len(run.weights), "rounds": run.config.get("rounds"),
-            "local_steps": run.config.get("local_steps"), "returns": returns, "gamma": gamma,
+            "local_steps": run.config.get("local_steps"), "wall_time_s": run.info.get("wall_time_s"),
+            "returns": returns, "gamma": gamma,
             "front": ref.source, "front_size": len(ref.points),
             "outside_ref": int(np.sum(~np.all(points > np.asarray(run.spec.ref_point), axis=1))),
             **values,

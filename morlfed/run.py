@@ -268,7 +268,7 @@ def main(cfg: DictConfig) -> dict | None:
 
 def group_options(group: str) -> list[str]:
     """The options of a config group (``env``, ``dist``, ``algo``, ``executor``, ``task``, ``data``,
-    ``model``) on morlfed's search path."""
+    ``model``, ``experiment``, ``variant``) on morlfed's search path."""
     from envs import ENV_CONF_DIR
 
     folder = ENV_CONF_DIR if group == "env" else Path(__file__).parent / "conf" / group
@@ -277,7 +277,8 @@ def group_options(group: str) -> list[str]:
 
 def precheck_argv(argv: list[str]) -> None:
     """Reject, in one line, what hydra would otherwise report as a multi-line trace: an unknown
-    ``env``/``dist``/``algo``/``executor``/``task``/``data``/``model`` option, ``data=``/``model=``
+    ``env``/``dist``/``algo``/``executor``/``task``/``data``/``model`` option or ``+experiment``/
+    ``+variant`` (conf/experiment/, conf/variant/), ``data=``/``model=``
     without ``task=vision``, and an output directory that cannot be created."""
     vision_task = any(a.partition("=")[::2] == ("task", "vision") for a in argv)
     for arg in argv:
@@ -286,11 +287,12 @@ def precheck_argv(argv: list[str]) -> None:
             continue
         if key in ("data", "model") and not vision_task:
             raise ConfigError(f"{key}= is a setting of task=vision; add task=vision (e.g. task=vision {arg})")
-        if key in ("env", "dist", "algo", "executor", "task", "data", "model"):
-            valid = group_options(key)
+        group = key.removeprefix("+")
+        if group in ("env", "dist", "algo", "executor", "task", "data", "model", "experiment", "variant"):
+            valid = group_options(group)
             for option in value.split(","):
                 if option not in valid:
-                    raise ConfigError(f"unknown {key} {option!r}; valid: {', '.join(valid)}")
+                    raise ConfigError(f"unknown {group} {option!r}; valid: {', '.join(valid)}")
         if key in ("hydra.run.dir", "hydra.sweep.dir"):
             existing = Path(value).absolute()
             while not existing.exists():

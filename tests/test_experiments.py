@@ -1,0 +1,108 @@
+"""The studies of docs/results.md as hydra experiments (``-m +experiment=NAME``).
+
+Every point of every experiment's sweep (seeds aside) must compose into a run the CLI accepts,
+each paper row (``+variant=``) must set the strategy, its ablation switches and "+FT" as named,
+and one experiment runs end to end (tiny budget) into its own multirun folder.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from analysis.evaluate import main as evaluate
+from morlfed.run import build_plan, group_options
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = group_options("experiment")
+#: Jobs per experiment at its own sweep (seeds included), and the paper rows it covers.
+EXPECTED_JOBS = {"comparison": 5 * 3 * 10, "ablation": 5 * 6, "sensitivity_top_r": 5 * 6,
+                 "sensitivity_s_min": 5 * 7, "clustering_validation": 3 * 2, "fedpref_search": 3 * 27}
+
+
+def _compose(overrides: list[str]):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "morlfed" / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def sweep_points(experiment: str) -> tuple[list[list[str]], int]:
+    """Every combination of the experiment's sweep parameters other than the seed, as override
+    lists, and the number of jobs of the whole sweep."""
+    params = _compose([f"+experiment={experiment}"]).hydra.sweeper.params
+    parser = OverridesParser.create()
+    axes, jobs = [], 1
+    for key, value in params.items():
+        (override,) = parser.parse_overrides([f"{key}={value}"])
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [override.value()]
+        jobs *= len(values)
+        if key != "seed":
+            axes.append([f"{key}={v}" for v in values])
+    return [list(combo) for combo in itertools.product(*axes)], jobs
+
+
+def test_experiment_list():
+    assert EXPERIMENTS == sorted(EXPECTED_JOBS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_sweep_point_builds_a_valid_run(experiment):
+    points, jobs = sweep_points(experiment)
+    assert jobs == EXPECTED_JOBS[experiment]
+    assert _compose([f"+experiment={experiment}"]).executor.name == "process"
+    for point in points:
+        cfg = _compose([f"+experiment={experiment}", "executor=sequential", *point])
+        plan = build_plan(cfg)  # raises ConfigError on anything the CLI would reject
+        assert plan.fed.n_clients == cfg.n_clients
+
+
+@pytest.mark.parametrize("variant", group_options("variant"))
+def test_variant_sets_strategy_switches_and_finetune(variant):
+    cfg = _compose([f"+variant={variant}"])
+    algo = variant.removesuffix("_ft").removesuffix("_clustering_only").removesuffix("_weighting_only")
+    assert cfg.algo._target_.rsplit(".", 1)[1].lower() == algo
+    assert cfg.finetune is variant.endswith("_ft")
+    if algo == "fedpref":
+        assert cfg.algo.clustering is ("weighting_only" not in variant)
+        assert cfg.algo.weighting is ("clustering_only" not in variant)
+
+
+def test_command_line_narrows_an_experiments_sweep(tmp_path, morlfed_cli):
+    """``-m +experiment=ablation seed=0`` (tiny budget) runs the six ablation rows into
+    multirun/ablation/<env>/, and analysis.evaluate keeps all six apart."""
+    done = morlfed_cli(["-m", "+experiment=ablation", "seed=0", "executor=sequential", "n_clients=3",
+                        "rounds=2", "local_steps=100"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "multirun" / "ablation" / "deep-sea-treasure"
+    runs = sorted(p.parent for p in folder.glob("*/metrics.json"))
+    assert len(runs) == 6
+    seen = set()
+    for run in runs:
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        info = json.loads((run / "metrics.json").read_text())
+        variant = run.name.split("_", 1)[1].removesuffix("_seed0")
+        assert info["dist"] == "dirichlet" and info["seed"] == 0 and info["algo"] == "fedpref"
+        assert config["finetune"] is variant.endswith("_ft")
+        seen.add((config["algo"]["clustering"], config["algo"]["weighting"], config["finetune"]))
+    assert len(seen) == 6
+    assert evaluate([str(folder), "--out", str(tmp_path / "eval")]) == 0
+    summary = pd.read_csv(tmp_path / "eval" / "summary.csv")
+    assert summary["variant"].nunique() == 6 and len(summary) == 6
+
+
+def test_unknown_experiment_is_one_line(morlfed_cli):
+    done = morlfed_cli(["-m", "+experiment=comparsion"])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"morlfed: error: unknown experiment 'comparsion'; valid: {', '.join(EXPERIMENTS)}"]
