@@ -7,6 +7,8 @@
 * :mod:`analysis.evaluate` -- ``python -m analysis.evaluate``: ``summary.csv`` and ``comparison.md``.
 * :mod:`analysis.plots` -- figures (fronts, similarity heatmaps, cluster evolution, learning curves).
 * :mod:`analysis.plot` -- ``python -m analysis.plot``: every figure of a campaign as PNG and PDF.
+* :mod:`analysis.results` -- ``python -m analysis.results DOC``: the generated tables of
+  ``docs/results.md`` rebuilt from committed ``summary.csv`` files.
 * ``analysis/notebooks/`` -- ``pareto_fronts.ipynb`` and ``metrics.ipynb``.
 
 See ``docs/analysis.md``.

@@ -7,7 +7,8 @@ front (``pareto_front(gamma)``; gamma 1 for undiscounted returns) or, where it h
 *campaign front*: the non-dominated union of the returns of every run being evaluated on that
 environment. Writes to ``--out``:
 
-* ``summary.csv``: one row per run (its identity, the reference front used, every metric);
+* ``summary.csv``: one row per run (its directory, relative to the current one when below it;
+  its identity, budget and wall time; the reference front used; every metric);
 * ``comparison.md``: one table per preference distribution and metric, rows algorithm (with
   "+FT" variants), columns environment, cells mean +- std over seeds, the best cell of each
   column in bold (higher or lower is better as :data:`analysis.metrics.METRICS` says).
@@ -114,6 +115,15 @@ class Campaign:
     returns: str
     skipped: list[tuple[str, str]] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+
+
+def shown_path(path: Path) -> str:
+    """``path`` relative to the current directory when it lies below it (so that a committed
+    summary does not carry one machine's absolute paths), else absolute."""
+    try:
+        return str(Path(path).relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def returns_gamma(spec: EnvSpec, returns: str) -> float:
@@ -256,7 +266,7 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
             )
         mismatches += _mismatches(run, returns, values)
         rows.append({
-            "run": str(run.path), "name": run.name, "env": run.env, "dist": run.dist,
+            "run": shown_path(run.path), "name": run.name, "env": run.env, "dist": run.dist,
             "algo": run.algo, "label": run.label, "variant": variant, "finetune": run.finetune,
             "seed": run.seed, "n_clients": len(run.weights), "rounds": run.config.get("rounds"),
             "local_steps": run.config.get("local_steps"), "wall_time_s": run.info.get("wall_time_s"),
@@ -386,7 +396,7 @@ def evaluate_vision_runs(runs: Sequence[VisionRun]) -> tuple[pd.DataFrame, list[
                 if key in stored and not math.isclose(float(stored[key]), value, rel_tol=1e-6, abs_tol=1e-9)
             ]
         rows.append({
-            "run": str(run.path), "name": run.name, "data": run.data, "model": run.info.get("model"),
+            "run": shown_path(run.path), "name": run.name, "data": run.data, "model": run.info.get("model"),
             "dist": run.dist, "algo": run.algo, "label": run.label, "variant": variant,
             "finetune": run.finetune, "seed": run.seed, "n_clients": len(run.clients),
             "rounds": run.config.get("rounds"), "local_steps": run.config.get("local_steps"), **values,

@@ -135,6 +135,9 @@ def csv_rows(text: str) -> list[dict[str, str]]:
 
 #: Top-level config keys a resumed run may change (they do not change its results).
 RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every")
+#: Top-level config keys a branch (``branch_from=``) may change besides :data:`RESUME_MAY_CHANGE`:
+#: settings that act only after the checkpoint it starts from ("+FT" acts in the last round only).
+BRANCH_MAY_CHANGE = ("finetune",)
 
 
 def _override_key(override: str) -> str:
@@ -146,35 +149,93 @@ def _quote(value: str) -> str:
     return value if re.fullmatch(r"[\w./-]+", value) else "'" + value.replace("'", "\\'") + "'"
 
 
-def resume_argv(argv: list[str]) -> list[str]:
-    """Rewrite a ``resume=RUN_DIR`` command line into the run's own: its saved hydra overrides
-    (``RUN_DIR/.hydra/overrides.yaml``), any extra overrides of :data:`RESUME_MAY_CHANGE`, and
-    ``hydra.run.dir=RUN_DIR``. Command lines without ``resume=`` are returned unchanged.
-
-    :raises ValueError: ``RUN_DIR`` is not a run directory, or another setting is overridden
-    """
+def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) -> tuple[Path, list[str]] | None:
+    """For a command line with ``KEY=RUN_DIR``: ``RUN_DIR`` (absolute) and the run's saved hydra
+    overrides (``RUN_DIR/.hydra/overrides.yaml``) followed by the command line's other overrides,
+    which may only set keys of ``may_change`` (or ``hydra.*``); ``None`` without ``KEY=``."""
     from omegaconf import OmegaConf
 
-    given = [a for a in argv if _override_key(a) == "resume"]
+    given = [a for a in argv if _override_key(a) == key]
     if not given:
-        return argv
+        return None
     path = Path(given[-1].split("=", 1)[1].strip("'\"")).absolute()
     saved_file = path / ".hydra" / "overrides.yaml"
     if not saved_file.is_file():
-        raise ValueError(f"resume={path}: not a morlfed run directory (no .hydra/overrides.yaml)")
-    extra = [a for a in argv if _override_key(a) != "resume"]
-    bad = [a for a in extra if _override_key(a).split(".")[0] not in RESUME_MAY_CHANGE]
+        raise ValueError(f"{key}={path}: not a morlfed run directory (no .hydra/overrides.yaml)")
+    extra = [a for a in argv if _override_key(a) != key]
+    bad = [a for a in extra if _override_key(a).split(".")[0] not in (*may_change, "hydra")]
     if bad:
-        raise ValueError(f"resume= continues a run with its saved configuration; only {', '.join(RESUME_MAY_CHANGE)} "
+        raise ValueError(f"{key}= continues a run with its saved configuration; only {', '.join(may_change)} "
                          f"may be changed, got {' '.join(bad)}")
-    replaced = {_override_key(a) for a in extra} | {"resume"}
+    replaced = {_override_key(a) for a in extra} | {key}
 
     def kept(override: str) -> bool:  # a new executor=<kind> also drops the old kind's options
-        key = _override_key(override)
-        return key not in replaced and not any(key.startswith(f"{r}.") for r in replaced)
+        k = _override_key(override)
+        return k not in replaced and not any(k.startswith(f"{r}.") for r in replaced)
 
-    saved = [str(o) for o in OmegaConf.load(saved_file) if kept(str(o))]
-    return [*saved, *extra, f"resume={_quote(str(path))}", f"hydra.run.dir={_quote(str(path))}"]
+    return path, [*[str(o) for o in OmegaConf.load(saved_file) if kept(str(o))], *extra]
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """Rewrite a ``resume=RUN_DIR`` or ``branch_from=RUN_DIR`` command line into the run's own:
+    its saved hydra overrides (``RUN_DIR/.hydra/overrides.yaml``) and the given overrides.
+
+    ``resume=`` may change only :data:`RESUME_MAY_CHANGE` and writes into ``RUN_DIR`` itself;
+    ``branch_from=`` may also change :data:`BRANCH_MAY_CHANGE` and writes a new run directory.
+    Command lines with neither are returned unchanged.
+
+    :raises ValueError: ``RUN_DIR`` is not a run directory, another setting is overridden, or both keys are given
+    """
+    if any(_override_key(a) == "resume" for a in argv) and any(_override_key(a) == "branch_from" for a in argv):
+        raise ValueError("resume= continues a run in place and branch_from= starts a new one from it: give one of them")
+    resumed = _saved_command_line(argv, "resume", RESUME_MAY_CHANGE)
+    if resumed is not None:
+        path, overrides = resumed
+        if any(_override_key(a).startswith("hydra.run.dir") for a in overrides):
+            raise ValueError("resume= writes into the run directory itself; to continue elsewhere with another "
+                             "finetune=, use branch_from=RUN_DIR")
+        return [*overrides, f"resume={_quote(str(path))}", f"hydra.run.dir={_quote(str(path))}"]
+    branched = _saved_command_line(argv, "branch_from", (*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE))
+    if branched is not None:
+        path, overrides = branched
+        return [*overrides, f"branch_from={_quote(str(path))}"]
+    return argv
+
+
+def branch_point(source: Path, config_yaml: str) -> Path:
+    """The checkpoint a ``branch_from=RUN_DIR`` run starts from: ``RUN_DIR``'s latest, after
+    checking that ``config_yaml`` (the new run's resolved config) equals ``RUN_DIR/config.yaml``
+    outside :data:`RESUME_MAY_CHANGE` and :data:`BRANCH_MAY_CHANGE`, and that the checkpoint
+    precedes the last round (the only one that "+FT" changes).
+
+    :raises ValueError: no saved config, a changed setting, or no checkpoint before the last round
+    """
+    source = Path(source)
+    now = _check_same_config(source, config_yaml, "branch_from", {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resume"})
+    latest = Checkpointer(source).latest()
+    rounds = int(now["rounds"])
+    if latest is None or int(latest.name.removeprefix("round_")) >= rounds:
+        found = "none" if latest is None else f"the latest is after round {latest.name.removeprefix('round_')}"
+        raise ValueError(f"branch_from={source}: needs a checkpoint from before the last round {rounds} ({found}); "
+                         f"run it with checkpoint_every={rounds - 1}")
+    return latest
+
+
+def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[str]) -> dict[str, Any]:
+    """The config composed now (``config_yaml``) as a dict, after checking that it equals the
+    saved ``run_path/config.yaml`` outside the top-level keys ``ignore``."""
+    from omegaconf import OmegaConf
+
+    saved_file = run_path / "config.yaml"
+    if not saved_file.is_file():
+        raise ValueError(f"{key}={run_path}: no config.yaml (the run never started)")
+    saved = OmegaConf.to_container(OmegaConf.load(saved_file))
+    now = OmegaConf.to_container(OmegaConf.create(config_yaml))
+    changed = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
+    if changed:
+        raise ValueError(f"{key}={run_path}: the configuration composed now differs from the saved config.yaml in "
+                         f"{', '.join(changed)} (were the defaults or the code changed?)")
+    return now
 
 
 def resume_point(run_path: Path, config_yaml: str) -> Path:
@@ -184,21 +245,10 @@ def resume_point(run_path: Path, config_yaml: str) -> Path:
 
     :raises ValueError: finished run, changed configuration, or no complete checkpoint
     """
-    from omegaconf import OmegaConf
-
     run_path = Path(run_path)
     if (run_path / "metrics.json").exists():
         raise ValueError(f"resume={run_path}: the run already completed (metrics.json exists)")
-    saved_file = run_path / "config.yaml"
-    if not saved_file.is_file():
-        raise ValueError(f"resume={run_path}: no config.yaml (the run never started)")
-    saved = OmegaConf.to_container(OmegaConf.load(saved_file))
-    now = OmegaConf.to_container(OmegaConf.create(config_yaml))
-    ignore = {*RESUME_MAY_CHANGE, "resume"}
-    changed = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
-    if changed:
-        raise ValueError(f"resume={run_path}: the configuration composed now differs from the saved config.yaml in "
-                         f"{', '.join(changed)} (were the defaults or the code changed?)")
+    _check_same_config(run_path, config_yaml, "resume", {*RESUME_MAY_CHANGE, "resume", "branch_from"})
     latest = Checkpointer(run_path).latest()
     if latest is None:
         raise ValueError(f"resume={run_path}: no complete checkpoint in {run_path / CHECKPOINTS} (set checkpoint_every=k, "

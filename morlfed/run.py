@@ -4,6 +4,8 @@ Composes the hydra config (``env``, ``dist``, ``algo`` groups and top-level fiel
 everything before any training starts, runs the federation, and writes the run directory:
 ``config.yaml preferences.csv rounds.csv clusters.jsonl final.csv front.png metrics.json``.
 Bad input is one line on stderr and exit status 2, with no run directory left behind.
+``resume=RUN_DIR`` continues a stopped run in place; ``branch_from=RUN_DIR finetune=true`` starts
+its "+FT" variant from its checkpoint before the last round (:mod:`morlfed.checkpoint`).
 ``task=vision`` swaps the environment and preferences for a dataset, a partition and a model
 (``data``, ``dist``, ``model`` groups; :mod:`morlfed.vision`) and writes ``label_histogram.csv``,
 ``label_histogram.png`` and per-client accuracies instead (docs/vision.md).
@@ -24,7 +26,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from envs import EnvSpec, known_front
-from morlfed.checkpoint import Checkpointer, RunInterrupted, resume_argv, resume_point
+from morlfed.checkpoint import Checkpointer, RunInterrupted, branch_point, resume_argv, resume_point
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
@@ -139,7 +141,8 @@ def write_results(run_dir: RunDirectory, plan: Plan, outcome: FederationOutcome,
         info = {"task": "vision", "algo": plan.algo, "finetune": plan.fed.finetune,
                 "label": plan.algo + ("+FT" if plan.fed.finetune else ""), "data": plan.vision.dataset.name,
                 "model": plan.vision.model, "dist": plan.dist, "seed": plan.fed.seed, "n_clients": plan.fed.n_clients,
-                "rounds": plan.fed.rounds, "local_steps": plan.fed.local_steps}
+                "rounds": plan.fed.rounds, "local_steps": plan.fed.local_steps,
+                **({"branched_from": str(Path(cfg.branch_from).absolute())} if cfg.branch_from else {})}
         return vision_report.write_results(run_dir, plan.vision.partition, outcome, info)
     from analysis.metrics import compute_metrics
     from analysis.plots import plot_front
@@ -175,6 +178,7 @@ def write_results(run_dir: RunDirectory, plan: Plan, outcome: FederationOutcome,
         "rounds": plan.fed.rounds,
         "local_steps": plan.fed.local_steps,
         "wall_time_s": round(outcome.seconds, 2),
+        **({"branched_from": str(Path(cfg.branch_from).absolute())} if cfg.branch_from else {}),
         "discounted": compute_metrics(plan.preferences, disc, ref, front=front),
         "undiscounted": compute_metrics(plan.preferences, returns, ref, front=front_undisc),
     }
@@ -211,15 +215,26 @@ def _remove_new_run_dir(path: Path) -> None:
             parent = parent.parent
 
 
-def _resume_point(cfg: DictConfig, out: Path) -> Path:
-    """The checkpoint ``resume=RUN_DIR`` continues from (raises :class:`ConfigError`)."""
-    if Path(cfg.resume).absolute() != out.absolute():
+def _start_point(cfg: DictConfig, out: Path) -> Path | None:
+    """The checkpoint this run starts from: ``resume=RUN_DIR``'s latest (the run continues in
+    place), ``branch_from=RUN_DIR``'s latest before its last round (a new run), or ``None``
+    (raises :class:`ConfigError`)."""
+    if cfg.resume and cfg.branch_from:
+        raise ConfigError("resume= continues a run in place and branch_from= starts a new one from it: give one of them")
+    if cfg.resume and Path(cfg.resume).absolute() != out.absolute():
         raise ConfigError(f"resume={cfg.resume} writes into the run directory itself; run it as "
                           f"`python -m morlfed.run resume={cfg.resume}` (the saved overrides are reapplied)")
+    if cfg.branch_from and Path(cfg.branch_from).absolute() == out.absolute():
+        raise ConfigError(f"branch_from={cfg.branch_from} writes a new run directory; give another hydra.run.dir")
+    config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     try:
-        return resume_point(out, OmegaConf.to_yaml(cfg, resolve=True))
+        if cfg.resume:
+            return resume_point(out, config_yaml)
+        if cfg.branch_from:
+            return branch_point(Path(cfg.branch_from), config_yaml)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    return None
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -230,13 +245,13 @@ def main(cfg: DictConfig) -> dict | None:
         if not os.access(out, os.W_OK):
             raise ConfigError(f"output directory {out} is not writable")
         plan = build_plan(cfg)
-        checkpoint = _resume_point(cfg, out) if cfg.resume else None
+        checkpoint = _start_point(cfg, out)
     except ConfigError as exc:
         _remove_new_run_dir(out)
         print(f"morlfed: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     run_dir = RunDirectory(out)
-    if checkpoint is None:  # a resumed run keeps its config.yaml and preferences.csv
+    if not cfg.resume:  # a resumed run keeps its config.yaml and preferences.csv
         run_dir.write_text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         if plan.vision is not None:
             vision_report.write_partition(run_dir, plan.vision.dataset, plan.vision.partition,
@@ -244,6 +259,11 @@ def main(cfg: DictConfig) -> dict | None:
         else:
             m = plan.preferences.shape[1]
             run_dir.write_csv("preferences.csv", [{"client": i, **{f"w_{k}": w[k] for k in range(m)}} for i, w in enumerate(plan.preferences)])
+    if cfg.branch_from:  # the similarity matrices of the rounds the branch shares with its source
+        shared = int(checkpoint.name.removeprefix("round_"))
+        for path in sorted(Path(cfg.branch_from).glob("similarity_*.npy")):
+            if int(path.stem.removeprefix("similarity_")) <= shared:
+                run_dir.write_npy(path.name, np.load(path))
     if plan.vision is not None:
         factory = plan.vision.client_factory(plan.fed.seed, cfg.torch_threads)
     else:

@@ -1,6 +1,8 @@
 """Checkpoint and resume: a run stopped (Ctrl-C) after round 2 of 4 and resumed gives exactly
 the uninterrupted run; a CLI run killed with SIGKILL resumes from its last complete checkpoint and
-completes with the uninterrupted run's results; client states round-trip exactly.
+completes with the uninterrupted run's results; client states round-trip exactly. A branch
+(``branch_from=RUN_DIR finetune=true``) from a run's checkpoint before its last round gives
+exactly the "+FT" run trained from scratch.
 
 The uninterrupted run is made once through the Federation API with the CLI's defaults (fedpref,
 equidistant preferences), so the CLI test also checks that the CLI runs exactly the API."""
@@ -8,6 +10,7 @@ equidistant preferences), so the CLI test also checks that the CLI runs exactly 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -21,7 +24,7 @@ import pytest
 import torch
 
 from envs import get_spec
-from morlfed.checkpoint import Checkpointer, RunInterrupted, resume_argv
+from morlfed.checkpoint import Checkpointer, RunInterrupted, branch_point, resume_argv
 from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
 from morlfed.preferences import sample_preferences
@@ -139,6 +142,63 @@ def test_resume_command_line_reuses_the_saved_overrides(tmp_path):
         resume_argv([f"resume={tmp_path}", "seed=5"])
     with pytest.raises(ValueError, match="not a morlfed run directory"):
         resume_argv([f"resume={tmp_path / 'nothing'}"])
+    with pytest.raises(ValueError, match="to continue elsewhere with another finetune=, use branch_from="):
+        resume_argv([f"resume={tmp_path}", "hydra.run.dir=elsewhere"])
+
+
+def test_branch_command_line_reuses_the_saved_overrides(tmp_path):
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- algo=fedavg\n- finetune=False\n- seed=4\n")
+    assert resume_argv([f"branch_from={tmp_path}", "finetune=true", "hydra.run.dir=out"]) == [
+        "algo=fedavg", "seed=4", "finetune=true", "hydra.run.dir=out", f"branch_from={tmp_path}"
+    ]
+    with pytest.raises(ValueError, match="only executor, progress, checkpoint_every, finetune may be changed, got algo=cfl"):
+        resume_argv([f"branch_from={tmp_path}", "algo=cfl"])
+    with pytest.raises(ValueError, match="give one of them"):
+        resume_argv([f"branch_from={tmp_path}", f"resume={tmp_path}"])
+
+
+def test_branch_point_needs_the_same_config_and_a_checkpoint_before_the_last_round(tmp_path):
+    (tmp_path / "config.yaml").write_text("algo: fedavg\nrounds: 3\nfinetune: false\nseed: 1\n")
+    branch = "algo: fedavg\nrounds: 3\nfinetune: true\nseed: 1\nbranch_from: x\n"
+    with pytest.raises(ValueError, match=r"before the last round 3 \(none\); run it with checkpoint_every=2"):
+        branch_point(tmp_path, branch)
+    for r in (2, 3):
+        (tmp_path / "checkpoints" / f"round_{r}").mkdir(parents=True)
+        (tmp_path / "checkpoints" / f"round_{r}" / "server.pt").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"the latest is after round 3\); run it with checkpoint_every=2"):
+        branch_point(tmp_path, branch)
+    (tmp_path / "checkpoints" / "round_3" / "server.pt").unlink()
+    assert branch_point(tmp_path, branch) == tmp_path / "checkpoints" / "round_2"
+    with pytest.raises(ValueError, match="differs from the saved config.yaml in algo, seed"):
+        branch_point(tmp_path, branch.replace("fedavg", "cfl").replace("seed: 1", "seed: 2"))
+
+
+def test_branch_with_finetune_equals_the_finetune_run_from_scratch(tmp_path, morlfed_cli):
+    """FedAvg's last round aggregates (everyone deploys the mean) while FedAvg+FT keeps each
+    client's own model: a branch of the plain run at round 2 must give the +FT run's exact results,
+    here under the process executor, and leave its source untouched."""
+    run = ["algo=fedavg", "n_clients=3", "rounds=3", "local_steps=300", "seed=5", "progress=false"]
+    source, fresh, branch = tmp_path / "source", tmp_path / "fresh", tmp_path / "branch"
+    for args, out in ((["checkpoint_every=2"], source), (["finetune=true"], fresh)):
+        done = morlfed_cli([*run, *args, f"hydra.run.dir={out}"])
+        assert done.returncode == 0, done.stderr[-3000:]
+    before = {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()}
+    done = morlfed_cli([f"branch_from={source}", "finetune=true", "executor=process", "executor.workers=2",
+                        f"hydra.run.dir={branch}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (branch / "final.csv").read_bytes() == (fresh / "final.csv").read_bytes()
+    assert (branch / "final.csv").read_bytes() != (source / "final.csv").read_bytes()
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds"} for r in rs]  # noqa: E731
+    assert strip(rows(branch)) == strip(rows(fresh))
+    info = json.loads((branch / "metrics.json").read_text())
+    assert info["label"] == "fedavg+FT" and info["branched_from"] == str(source)
+    assert info["undiscounted"] == json.loads((fresh / "metrics.json").read_text())["undiscounted"]
+    assert {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()} == before
+
+    done = morlfed_cli([f"branch_from={fresh}", "finetune=false", f"hydra.run.dir={tmp_path / 'no'}"])
+    assert done.returncode == 2 and "needs a checkpoint from before the last round 3" in done.stderr
+    assert not (tmp_path / "no").exists()
 
 
 def alive(pid: int) -> bool:

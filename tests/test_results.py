@@ -1,0 +1,162 @@
+"""``python -m analysis.results``: the tables of docs/results.md rebuilt from committed CSVs.
+
+A small planted summary (two environments, two preference distributions, four variants, two
+seeds) gives hand-computable means, ranks and budgets; the committed docs/results.md must be
+exactly what its own CSVs regenerate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.results import ResultsError, main, parse_blocks, ranking, read_summaries, regenerate
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("fedavg", "fedpref", "fedpref+FT", "local")
+#: mean_scalarised per (env, dist, variant): seed 0 gets value - 1, seed 1 value + 1 (std sqrt 2).
+PLANTED = {
+    ("alpha", "dirichlet"): {"fedavg": 1.0, "fedpref": 3.0, "fedpref+FT": 5.0, "local": 2.0},
+    ("alpha", "equidistant"): {"fedavg": 0.0, "fedpref": 4.0, "fedpref+FT": 2.0, "local": 4.0},
+    ("beta", "dirichlet"): {"fedavg": 7.0, "fedpref": 6.0, "fedpref+FT": 1.0, "local": 9.0},
+}
+
+
+@pytest.fixture()
+def summary() -> pd.DataFrame:
+    rows = []
+    for (env, dist), values in PLANTED.items():
+        for variant, value in values.items():
+            for seed, offset in ((0, -1.0), (1, 1.0)):
+                rows.append({
+                    "env": env, "dist": dist, "algo": variant.removesuffix("+FT"), "label": variant,
+                    "variant": variant, "finetune": variant.endswith("+FT"), "seed": seed,
+                    "n_clients": 10, "rounds": 5 if env == "alpha" else 8, "local_steps": 100,
+                    "wall_time_s": 30.0 + 30.0 * seed, "mean_scalarised": value + offset,
+                    "igd": 10.0 - value,
+                })
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture()
+def doc(tmp_path, summary) -> Path:
+    summary.to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame([
+        {"metric": "mean_scalarised", "env": "alpha", "dist": "dirichlet", "first": "fedpref*", "source": "T1"},
+        {"metric": "mean_scalarised", "env": "beta", "dist": "dirichlet", "first": "fedavg", "source": "T1"},
+    ]).to_csv(tmp_path / "claims.csv", index=False)
+    path = tmp_path / "results.md"
+    path.write_text(
+        "# Results\n\nProse stays.\n\n"
+        "<!-- results:table csv=runs.csv metric=mean_scalarised dist=dirichlet -->\nstale\n<!-- /results -->\n\n"
+        "Between blocks.\n\n"
+        "<!-- results:ranking csv=runs.csv metric=mean_scalarised claims=claims.csv -->\n<!-- /results -->\n"
+        "<!-- results:ranking csv=runs.csv metric=igd focus=local -->\n<!-- /results -->\n"
+        "<!-- results:budget csv=runs.csv -->\n<!-- /results -->\n\nEnd.\n"
+    )
+    return path
+
+
+def table_cells(text: str, header_start: str, key_columns: int = 1) -> dict:
+    """``{first cell (or tuple of the first key_columns cells): other cells}`` of the markdown
+    table whose header starts with ``header_start``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        key = cells[0] if key_columns == 1 else tuple(cells[:key_columns])
+        rows[key] = cells[key_columns:]
+    return rows
+
+
+def test_table_block_has_mean_std_and_bold_best(doc):
+    assert main([str(doc)]) == 0
+    text = doc.read_text()
+    assert "stale" not in text and "Prose stays." in text and "Between blocks." in text and text.endswith("End.\n")
+    cells = table_cells(text, "| algorithm |")
+    # columns alpha, beta; std of (v - 1, v + 1) is sqrt(2)
+    assert cells["fedpref+FT"] == ["**5.00 ± 1.41**", "1.00 ± 1.41"]
+    assert cells["local"] == ["2.00 ± 1.41", "**9.00 ± 1.41**"]
+    assert cells["fedavg"] == ["1.00 ± 1.41", "7.00 ± 1.41"]
+
+
+def test_ranking_finds_first_and_focus_rank(summary):
+    ranks = ranking(summary, "mean_scalarised").set_index(["env", "dist"])
+    assert ranks.loc[("alpha", "dirichlet"), ["first", "focus", "rank"]].tolist() == ["fedpref+FT", "fedpref+FT", 1]
+    # a tie at the shown precision: both first, and FedPref's rank is 1
+    assert ranks.loc[("alpha", "equidistant"), ["first", "focus", "rank"]].tolist() == ["fedpref = local", "fedpref", 1]
+    # local 9 > fedavg 7 > fedpref 6: FedPref's best is third of four
+    assert ranks.loc[("beta", "dirichlet"), ["first", "focus", "rank", "variants"]].tolist() == ["local", "fedpref", 3, 4]
+    # lower is better for IGD: the order reverses with the direction
+    igd = ranking(summary, "igd", focus="local").set_index(["env", "dist"])
+    assert igd.loc[("beta", "dirichlet"), ["first", "rank"]].tolist() == ["local", 1]
+    assert igd.loc[("alpha", "dirichlet"), ["first", "rank"]].tolist() == ["fedpref+FT", 3]
+
+
+def test_ranking_block_compares_with_the_papers_claims(doc):
+    assert main([str(doc)]) == 0
+    rows = table_cells(doc.read_text(), "| environment | preferences | first (Mean scalarised", key_columns=2)
+    assert rows["alpha", "dirichlet"] == ["fedpref+FT (5.00)", "fedpref+FT", "1 of 4", "fedpref* (T1)", "yes"]
+    assert rows["alpha", "equidistant"] == ["fedpref = local (4.00)", "fedpref", "1 of 4", "—", "—"]
+    assert rows["beta", "dirichlet"] == ["local (9.00)", "fedpref", "3 of 4", "fedavg (T1)", "**no**"]
+
+
+def test_budget_block_sums_wall_time(doc):
+    assert main([str(doc)]) == 0
+    rows = table_cells(doc.read_text(), "| environment | preferences | clients |", key_columns=2)
+    # alpha/dirichlet: 4 variants x 2 seeds, wall 30 s and 60 s each -> mean 45 s, total 360 s = 6 min
+    assert rows["alpha", "dirichlet"] == ["10", "5", "100", "5000", "8", "45 (min 30, max 60)", "6"]
+    assert rows["beta", "dirichlet"][:4] == ["10", "8", "100", "8000"]
+
+
+def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):
+    assert main([str(doc), "--check"]) == 1
+    assert "stale" in doc.read_text()
+    assert main([str(doc)]) == 0
+    assert main([str(doc), "--check"]) == 0
+    once = doc.read_text()
+    assert regenerate(once, doc.parent) == once  # idempotent
+    doc.write_text(once.replace("**5.00 ± 1.41**", "**5.10 ± 1.41**"))
+    assert main([str(doc), "--check"]) == 1
+    assert "out of date" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("block, message", [
+    ("<!-- results:chart csv=runs.csv -->\n<!-- /results -->", "unknown block kind results:chart"),
+    ("<!-- results:table csv=runs.csv metric=mean_scalarised dist=dirichlet -->\n", "is not closed"),
+    ("<!-- /results -->", "without an opening block"),
+    ("<!-- results:table csv=nope.csv metric=igd dist=dirichlet -->\n<!-- /results -->", "no such file"),
+    ("<!-- results:table csv=runs.csv metric=speed dist=dirichlet -->\n<!-- /results -->", "metric='speed' is not a metric"),
+    ("<!-- results:table csv=runs.csv metric=igd dist=gaussian -->\n<!-- /results -->", "dist='gaussian' has no runs"),
+    ("<!-- results:budget csv=runs.csv colour=red -->\n<!-- /results -->", "does not take colour"),
+    ("<!-- results:table metric=igd dist=dirichlet -->\n<!-- /results -->", "needs csv="),
+    ("<!-- results:table csv=runs.csv metric igd -->\n<!-- /results -->", "is not key=value"),
+])
+def test_bad_blocks_are_named_and_nothing_is_written(tmp_path, summary, capsys, block, message):
+    summary.to_csv(tmp_path / "runs.csv", index=False)
+    path = tmp_path / "results.md"
+    path.write_text("# R\n\n" + block + "\n")
+    before = path.read_text()
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and f"{path}:3" in err
+    assert path.read_text() == before
+
+
+def test_parse_blocks_positions_and_foreign_csv(tmp_path):
+    lines = ["a", "<!-- results:budget csv=x.csv -->", "old", "<!-- /results -->", "b"]
+    (block,) = parse_blocks(lines)
+    assert (block.kind, block.args, block.start, block.end) == ("budget", {"csv": "x.csv"}, 1, 3)
+    pd.DataFrame({"env": ["a"], "score": [1.0]}).to_csv(tmp_path / "other.csv", index=False)
+    with pytest.raises(ResultsError, match="not an analysis.evaluate summary .no column dist, variant, seed"):
+        read_summaries(tmp_path, "other.csv")
+
+
+def test_committed_results_are_what_their_csvs_give():
+    """docs/results.md's generated tables equal a regeneration from the committed CSVs."""
+    assert main([str(ROOT / "docs" / "results.md"), "--check"]) == 0
