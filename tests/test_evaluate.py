@@ -125,14 +125,15 @@ def dst() -> tuple[envs.EnvSpec, np.ndarray, np.ndarray]:
 def write_run(path: Path, spec: envs.EnvSpec, weights: np.ndarray, disc: np.ndarray, undisc: np.ndarray,
               algo: str = "fedpref", seed: int = 0, finetune: bool = False, dist: str = "equidistant",
               local_steps: int = 100, front: np.ndarray | None = None,
-              front_undisc: np.ndarray | None = None) -> Path:
-    """A completed run directory in morlfed.run's format (metrics.json as run.py computes it)."""
+              front_undisc: np.ndarray | None = None, extra: dict | None = None) -> Path:
+    """A completed run directory in morlfed.run's format (metrics.json as run.py computes it);
+    ``extra``: more top-level config keys."""
     path.mkdir(parents=True)
     n, m = weights.shape
     config = {"env": spec.to_dict(), "dist": {"name": dist}, "algo": {"_target_": f"x.{algo}"},
               "n_clients": n, "rounds": 3, "local_steps": local_steps, "seed": seed,
               "finetune": finetune, "participation": 1.0, "save_similarity": False,
-              "progress": False, "torch_threads": 1, "executor": {"name": "sequential"}}
+              "progress": False, "torch_threads": 1, "executor": {"name": "sequential"}, **(extra or {})}
     (path / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(config)))
     final = pd.DataFrame({"client": range(n)})
     for k in range(m):
@@ -359,3 +360,18 @@ def test_variants_duplicates_and_stored_metric_mismatch(tmp_path, dst, capsys):
     md = (tmp_path / "comparison.md").read_text()
     assert "| fedpref (local_steps=100) |" in md and "| fedpref (local_steps=200) |" in md
     assert len(pd.read_csv(tmp_path / "summary.csv")) == 2
+
+
+def test_a_branched_run_is_the_same_variant_as_one_from_scratch(tmp_path, dst, capsys):
+    """branch_from= (like resume=, checkpoint_every, the executor) never makes a variant: a +FT
+    run branched from a checkpoint and the same +FT run from scratch are duplicates."""
+    spec, front, front_u = dst
+    w = equally_spaced_weights(2, 3)
+    kw = dict(front=front, front_undisc=front_u, finetune=True)
+    write_run(tmp_path / "branched", spec, w, front[:3], front_u[:3], extra={"branch_from": "/runs/plain", "checkpoint_every": 2}, **kw)
+    write_run(tmp_path / "scratch", spec, w, front[:3], front_u[:3], extra={"branch_from": None, "checkpoint_every": 0}, **kw)
+    write_run(tmp_path / "seed1", spec, w, front[:3], front_u[:3], seed=1, extra={"branch_from": "/runs/plain1"}, **kw)
+    runs, _ = load_runs([tmp_path])
+    assert variant_labels(runs) == ["fedpref+FT"] * 3
+    assert main([str(tmp_path)]) == 0
+    assert f"skipped {tmp_path / 'scratch'}: duplicate: same configuration and seed as {tmp_path / 'branched'}" in capsys.readouterr().err
