@@ -106,6 +106,14 @@ class Checkpointer:
         return max(found)[1] if found else None
 
 
+def checkpoint_round(path: Path) -> int:
+    """The round after which the checkpoint ``.../round_<r>`` was written."""
+    matched = _ROUND_DIR.match(Path(path).name)
+    if matched is None:
+        raise ValueError(f"{path} is not a checkpoint directory (round_<r>)")
+    return int(matched.group(1))
+
+
 def load_server_state(path: Path) -> dict[str, Any]:
     """The server state of the checkpoint at ``path`` (a trusted file written by morlfed)."""
     return torch.load(Path(path) / "server.pt", weights_only=False)
@@ -138,6 +146,8 @@ RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every")
 #: Top-level config keys a branch (``branch_from=``) may change besides :data:`RESUME_MAY_CHANGE`:
 #: settings that act only after the checkpoint it starts from ("+FT" acts in the last round only).
 BRANCH_MAY_CHANGE = ("finetune",)
+#: The error for a command line or config that sets both ``resume`` and ``branch_from``.
+RESUME_OR_BRANCH = "resume= continues a run in place and branch_from= starts a new one from it: give one of them"
 
 
 def _override_key(override: str) -> str:
@@ -187,7 +197,7 @@ def resume_argv(argv: list[str]) -> list[str]:
     :raises ValueError: ``RUN_DIR`` is not a run directory, another setting is overridden, or both keys are given
     """
     if any(_override_key(a) == "resume" for a in argv) and any(_override_key(a) == "branch_from" for a in argv):
-        raise ValueError("resume= continues a run in place and branch_from= starts a new one from it: give one of them")
+        raise ValueError(RESUME_OR_BRANCH)
     resumed = _saved_command_line(argv, "resume", RESUME_MAY_CHANGE)
     if resumed is not None:
         path, overrides = resumed
@@ -214,8 +224,8 @@ def branch_point(source: Path, config_yaml: str) -> Path:
     now = _check_same_config(source, config_yaml, "branch_from", {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resume"})
     latest = Checkpointer(source).latest()
     rounds = int(now["rounds"])
-    if latest is None or int(latest.name.removeprefix("round_")) >= rounds:
-        found = "none" if latest is None else f"the latest is after round {latest.name.removeprefix('round_')}"
+    if latest is None or checkpoint_round(latest) >= rounds:
+        found = "none" if latest is None else f"the latest is after round {checkpoint_round(latest)}"
         raise ValueError(f"branch_from={source}: needs a checkpoint from before the last round {rounds} ({found}); "
                          f"run it with checkpoint_every={rounds - 1}")
     return latest

@@ -26,7 +26,9 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from envs import EnvSpec, known_front
-from morlfed.checkpoint import Checkpointer, RunInterrupted, branch_point, resume_argv, resume_point
+from morlfed.checkpoint import (
+    RESUME_OR_BRANCH, Checkpointer, RunInterrupted, branch_point, checkpoint_round, resume_argv, resume_point,
+)
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
@@ -137,12 +139,12 @@ def build_plan(cfg: DictConfig) -> Plan:
 def write_results(run_dir: RunDirectory, plan: Plan, outcome: FederationOutcome, cfg: DictConfig) -> dict:
     """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.
     A vision run writes its accuracies instead (:mod:`morlfed.vision.report`)."""
+    branched = {"branched_from": str(Path(cfg.branch_from).absolute())} if cfg.branch_from else {}
     if plan.vision is not None:
         info = {"task": "vision", "algo": plan.algo, "finetune": plan.fed.finetune,
                 "label": plan.algo + ("+FT" if plan.fed.finetune else ""), "data": plan.vision.dataset.name,
                 "model": plan.vision.model, "dist": plan.dist, "seed": plan.fed.seed, "n_clients": plan.fed.n_clients,
-                "rounds": plan.fed.rounds, "local_steps": plan.fed.local_steps,
-                **({"branched_from": str(Path(cfg.branch_from).absolute())} if cfg.branch_from else {})}
+                "rounds": plan.fed.rounds, "local_steps": plan.fed.local_steps, **branched}
         return vision_report.write_results(run_dir, plan.vision.partition, outcome, info)
     from analysis.metrics import compute_metrics
     from analysis.plots import plot_front
@@ -178,7 +180,7 @@ def write_results(run_dir: RunDirectory, plan: Plan, outcome: FederationOutcome,
         "rounds": plan.fed.rounds,
         "local_steps": plan.fed.local_steps,
         "wall_time_s": round(outcome.seconds, 2),
-        **({"branched_from": str(Path(cfg.branch_from).absolute())} if cfg.branch_from else {}),
+        **branched,
         "discounted": compute_metrics(plan.preferences, disc, ref, front=front),
         "undiscounted": compute_metrics(plan.preferences, returns, ref, front=front_undisc),
     }
@@ -220,7 +222,7 @@ def _start_point(cfg: DictConfig, out: Path) -> Path | None:
     place), ``branch_from=RUN_DIR``'s latest before its last round (a new run), or ``None``
     (raises :class:`ConfigError`)."""
     if cfg.resume and cfg.branch_from:
-        raise ConfigError("resume= continues a run in place and branch_from= starts a new one from it: give one of them")
+        raise ConfigError(RESUME_OR_BRANCH)
     if cfg.resume and Path(cfg.resume).absolute() != out.absolute():
         raise ConfigError(f"resume={cfg.resume} writes into the run directory itself; run it as "
                           f"`python -m morlfed.run resume={cfg.resume}` (the saved overrides are reapplied)")
@@ -260,7 +262,7 @@ def main(cfg: DictConfig) -> dict | None:
             m = plan.preferences.shape[1]
             run_dir.write_csv("preferences.csv", [{"client": i, **{f"w_{k}": w[k] for k in range(m)}} for i, w in enumerate(plan.preferences)])
     if cfg.branch_from:  # the similarity matrices of the rounds the branch shares with its source
-        shared = int(checkpoint.name.removeprefix("round_"))
+        shared = checkpoint_round(checkpoint)
         for path in sorted(Path(cfg.branch_from).glob("similarity_*.npy")):
             if int(path.stem.removeprefix("similarity_")) <= shared:
                 run_dir.write_npy(path.name, np.load(path))
