@@ -62,7 +62,8 @@ TABLE_ORDER: tuple[str, ...] = (
 #: settings that do not change results: logging, threads, checkpointing, resuming or branching
 #: from a checkpoint, the executor).
 IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
-    {"seed", "progress", "torch_threads", "save_similarity", "checkpoint_every", "resume", "branch_from"})
+    {"seed", "progress", "torch_threads", "save_similarity", "checkpoint_every", "resume", "branch_from",
+     "branch_siblings"})
 IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.",)
 #: Identity columns of ``summary.csv`` (metric columns follow, in ``METRICS`` order).
 SUMMARY_COLUMNS: tuple[str, ...] = (

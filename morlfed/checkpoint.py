@@ -61,17 +61,19 @@ class Checkpointer:
 
     :param run_path: the run directory
     :param every: write one after every ``every``-th round; 0 writes one only on Ctrl-C
+    :param also: rounds after which to write one as well (``branch_siblings``: the round before the last)
     """
 
-    def __init__(self, run_path: Path, every: int = 0) -> None:
+    def __init__(self, run_path: Path, every: int = 0, also: tuple[int, ...] = ()) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
             raise ValueError(f"checkpoint_every must be an integer >= 0 (0: only on Ctrl-C), got {every!r}")
         self.root = Path(run_path) / CHECKPOINTS
         self.every = every
+        self.also = frozenset(also)
 
     def due(self, round: int) -> bool:
         """Whether round ``round`` ends with a checkpoint."""
-        return self.every > 0 and round % self.every == 0
+        return (self.every > 0 and round % self.every == 0) or round in self.also
 
     def save(self, round: int, server_state: dict[str, Any], executor: Executor) -> Path:
         """Write the checkpoint after ``round`` atomically and make it the executor's restore
@@ -142,7 +144,7 @@ def csv_rows(text: str) -> list[dict[str, str]]:
 
 
 #: Top-level config keys a resumed run may change (they do not change its results).
-RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every")
+RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every", "branch_siblings")
 #: Top-level config keys a branch (``branch_from=``) may change besides :data:`RESUME_MAY_CHANGE`:
 #: settings that act only after the checkpoint it starts from ("+FT" acts in the last round only).
 BRANCH_MAY_CHANGE = ("finetune",)
@@ -221,7 +223,7 @@ def branch_point(source: Path, config_yaml: str) -> Path:
     :raises ValueError: no saved config, a changed setting, or no checkpoint before the last round
     """
     source = Path(source)
-    now = _check_same_config(source, config_yaml, "branch_from", {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resume"})
+    now = _check_same_config(source, config_yaml, "branch_from", _BRANCH_IGNORES)
     latest = Checkpointer(source).latest()
     rounds = int(now["rounds"])
     if latest is None or checkpoint_round(latest) >= rounds:
@@ -229,6 +231,35 @@ def branch_point(source: Path, config_yaml: str) -> Path:
         raise ValueError(f"branch_from={source}: needs a checkpoint from before the last round {rounds} ({found}); "
                          f"run it with checkpoint_every={rounds - 1}")
     return latest
+
+
+#: Top-level config keys a branch and its source may differ in.
+_BRANCH_IGNORES = {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resume"}
+
+
+def sibling_source(run_path: Path, config_yaml: str) -> Path | None:
+    """For ``branch_siblings=true``: a finished run beside ``run_path`` (in the same sweep folder)
+    whose saved config equals ``config_yaml`` outside the keys a branch may change and whose latest
+    checkpoint precedes the last round, the one with the latest such checkpoint (then by name); a
+    "+FT" run started from it with :func:`branch_point` gets exactly its from-scratch numbers.
+    ``None`` if there is none (the run then trains from scratch)."""
+    from omegaconf import OmegaConf
+
+    run_path = Path(run_path).absolute()
+    rounds = int(OmegaConf.create(config_yaml)["rounds"])
+    found = []
+    for other in sorted(run_path.parent.iterdir()):
+        if other == run_path or not (other / "metrics.json").is_file():
+            continue
+        latest = Checkpointer(other).latest()
+        if latest is None or checkpoint_round(latest) >= rounds:
+            continue
+        try:
+            _check_same_config(other, config_yaml, "branch_from", _BRANCH_IGNORES)
+        except ValueError:
+            continue
+        found.append((-checkpoint_round(latest), other.name, other))
+    return min(found)[2] if found else None
 
 
 def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[str]) -> dict[str, Any]:

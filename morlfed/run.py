@@ -5,7 +5,8 @@ everything before any training starts, runs the federation, and writes the run d
 ``config.yaml preferences.csv rounds.csv clusters.jsonl final.csv front.png metrics.json``.
 Bad input is one line on stderr and exit status 2, with no run directory left behind.
 ``resume=RUN_DIR`` continues a stopped run in place; ``branch_from=RUN_DIR finetune=true`` starts
-its "+FT" variant from its checkpoint before the last round (:mod:`morlfed.checkpoint`).
+its "+FT" variant from its checkpoint before the last round (:mod:`morlfed.checkpoint`), and
+``branch_siblings=true`` does so by itself within a sweep folder.
 ``task=vision`` swaps the environment and preferences for a dataset, a partition and a model
 (``data``, ``dist``, ``model`` groups; :mod:`morlfed.vision`) and writes ``label_histogram.csv``,
 ``label_histogram.png`` and per-client accuracies instead (docs/vision.md).
@@ -28,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from envs import EnvSpec, known_front
 from morlfed.checkpoint import (
     RESUME_OR_BRANCH, Checkpointer, RunInterrupted, branch_point, checkpoint_round, resume_argv, resume_point,
+    sibling_source,
 )
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
@@ -136,10 +138,13 @@ def build_plan(cfg: DictConfig) -> Plan:
     return Plan(spec, fed, prefs, strategy, executor, choices.algo, choices.dist, faults, cfg.checkpoint_every, vision)
 
 
-def write_results(run_dir: RunDirectory, plan: Plan, outcome: FederationOutcome, cfg: DictConfig) -> dict:
+def write_results(run_dir: RunDirectory, plan: Plan, outcome: FederationOutcome, source: Path | None = None) -> dict:
     """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.
-    A vision run writes its accuracies instead (:mod:`morlfed.vision.report`)."""
-    branched = {"branched_from": str(Path(cfg.branch_from).absolute())} if cfg.branch_from else {}
+    A vision run writes its accuracies instead (:mod:`morlfed.vision.report`).
+
+    :param source: the run this one branched from (recorded as ``branched_from``), if any
+    """
+    branched = {"branched_from": str(source.absolute())} if source is not None else {}
     if plan.vision is not None:
         info = {"task": "vision", "algo": plan.algo, "finetune": plan.fed.finetune,
                 "label": plan.algo + ("+FT" if plan.fed.finetune else ""), "data": plan.vision.dataset.name,
@@ -217,9 +222,11 @@ def _remove_new_run_dir(path: Path) -> None:
             parent = parent.parent
 
 
-def _start_point(cfg: DictConfig, out: Path) -> Path | None:
-    """The checkpoint this run starts from: ``resume=RUN_DIR``'s latest (the run continues in
-    place), ``branch_from=RUN_DIR``'s latest before its last round (a new run), or ``None``
+def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
+    """The checkpoint this run starts from and, for a branch, the run it branches from:
+    ``resume=RUN_DIR``'s latest (the run continues in place), ``branch_from=RUN_DIR``'s latest
+    before its last round, with ``branch_siblings=true`` that of a finished sibling run with the
+    same config (:func:`~morlfed.checkpoint.sibling_source`), or ``(None, None)``
     (raises :class:`ConfigError`)."""
     if cfg.resume and cfg.branch_from:
         raise ConfigError(RESUME_OR_BRANCH)
@@ -231,12 +238,13 @@ def _start_point(cfg: DictConfig, out: Path) -> Path | None:
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     try:
         if cfg.resume:
-            return resume_point(out, config_yaml)
-        if cfg.branch_from:
-            return branch_point(Path(cfg.branch_from), config_yaml)
+            return resume_point(out, config_yaml), None
+        source = Path(cfg.branch_from) if cfg.branch_from else None
+        if source is None and cfg.branch_siblings:
+            source = sibling_source(out, config_yaml)
+        return (branch_point(source, config_yaml), source) if source is not None else (None, None)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    return None
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -247,7 +255,7 @@ def main(cfg: DictConfig) -> dict | None:
         if not os.access(out, os.W_OK):
             raise ConfigError(f"output directory {out} is not writable")
         plan = build_plan(cfg)
-        checkpoint = _start_point(cfg, out)
+        checkpoint, source = _start_point(cfg, out)
     except ConfigError as exc:
         _remove_new_run_dir(out)
         print(f"morlfed: error: {exc}", file=sys.stderr)
@@ -261,9 +269,9 @@ def main(cfg: DictConfig) -> dict | None:
         else:
             m = plan.preferences.shape[1]
             run_dir.write_csv("preferences.csv", [{"client": i, **{f"w_{k}": w[k] for k in range(m)}} for i, w in enumerate(plan.preferences)])
-    if cfg.branch_from:  # the similarity matrices of the rounds the branch shares with its source
+    if source is not None:  # the similarity matrices of the rounds the branch shares with its source
         shared = checkpoint_round(checkpoint)
-        for path in sorted(Path(cfg.branch_from).glob("similarity_*.npy")):
+        for path in sorted(source.glob("similarity_*.npy")):
             if int(path.stem.removeprefix("similarity_")) <= shared:
                 run_dir.write_npy(path.name, np.load(path))
     if plan.vision is not None:
@@ -273,7 +281,9 @@ def main(cfg: DictConfig) -> dict | None:
         factory = RLClientFactory(plan.spec, plan.preferences, plan.fed.seed, total, cfg.torch_threads)
     plan.executor.start(FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients)
     try:
-        federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir, Checkpointer(out, plan.checkpoint_every))
+        before_last = (plan.fed.rounds - 1,) if cfg.branch_siblings else ()  # what a sibling branches from
+        federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir,
+                                Checkpointer(out, plan.checkpoint_every, also=before_last))
         if checkpoint is not None:
             federation.resume(checkpoint)
         outcome = federation.run()
@@ -283,7 +293,7 @@ def main(cfg: DictConfig) -> dict | None:
         sys.exit(EXIT_INTERRUPTED)
     finally:
         plan.executor.close()
-    metrics = write_results(run_dir, plan, outcome, cfg)
+    metrics = write_results(run_dir, plan, outcome, source)
     print_summary(plan, outcome, metrics, out)
     return metrics
 

@@ -80,22 +80,33 @@ def test_variant_sets_strategy_switches_and_finetune(variant):
 
 def test_command_line_narrows_an_experiments_sweep(tmp_path, morlfed_cli):
     """``-m +experiment=ablation seed=0`` (tiny budget) runs the six ablation rows into
-    multirun/ablation/<env>/, and analysis.evaluate keeps all six apart."""
-    done = morlfed_cli(["-m", "+experiment=ablation", "seed=0", "executor=sequential", "n_clients=3",
-                        "rounds=2", "local_steps=100"], cwd=tmp_path)
+    multirun/ablation/<env>/, each +FT row branched from its plain row's checkpoint before the last
+    round with exactly the numbers of the +FT row trained from scratch, and analysis.evaluate
+    keeps all six apart."""
+    tiny = ["seed=0", "executor=sequential", "n_clients=3", "rounds=2", "local_steps=100"]
+    done = morlfed_cli(["-m", "+experiment=ablation", *tiny], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = tmp_path / "multirun" / "ablation" / "deep-sea-treasure"
-    runs = sorted(p.parent for p in folder.glob("*/metrics.json"))
+    runs = {p.parent.name.split("_", 1)[1].removesuffix("_seed0"): p.parent for p in folder.glob("*/metrics.json")}
     assert len(runs) == 6
     seen = set()
-    for run in runs:
+    for variant, run in runs.items():
         config = yaml.safe_load((run / "config.yaml").read_text())
         info = json.loads((run / "metrics.json").read_text())
-        variant = run.name.split("_", 1)[1].removesuffix("_seed0")
         assert info["dist"] == "dirichlet" and info["seed"] == 0 and info["algo"] == "fedpref"
         assert config["finetune"] is variant.endswith("_ft")
+        if variant.endswith("_ft"):
+            assert info["branched_from"] == str(runs[variant.removesuffix("_ft")])
+        else:
+            assert "branched_from" not in info and (run / "checkpoints" / "round_1" / "server.pt").is_file()
         seen.add((config["algo"]["clustering"], config["algo"]["weighting"], config["finetune"]))
     assert len(seen) == 6
+    scratch = tmp_path / "scratch"
+    done = morlfed_cli(["+experiment=ablation", "+variant=fedpref_ft", "branch_siblings=false", *tiny,
+                        f"hydra.run.dir={scratch}"], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (scratch / "final.csv").read_bytes() == (runs["fedpref_ft"] / "final.csv").read_bytes()
+    assert (scratch / "final.csv").read_bytes() != (runs["fedpref"] / "final.csv").read_bytes()
     assert evaluate([str(folder), "--out", str(tmp_path / "eval")]) == 0
     summary = pd.read_csv(tmp_path / "eval" / "summary.csv")
     assert summary["variant"].nunique() == 6 and len(summary) == 6

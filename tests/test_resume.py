@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from envs import get_spec
-from morlfed.checkpoint import Checkpointer, RunInterrupted, branch_point, resume_argv
+from morlfed.checkpoint import Checkpointer, RunInterrupted, branch_point, resume_argv, sibling_source
 from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
 from morlfed.preferences import sample_preferences
@@ -152,7 +152,7 @@ def test_branch_command_line_reuses_the_saved_overrides(tmp_path):
     assert resume_argv([f"branch_from={tmp_path}", "finetune=true", "hydra.run.dir=out"]) == [
         "algo=fedavg", "seed=4", "finetune=true", "hydra.run.dir=out", f"branch_from={tmp_path}"
     ]
-    with pytest.raises(ValueError, match="only executor, progress, checkpoint_every, finetune may be changed, got algo=cfl"):
+    with pytest.raises(ValueError, match="only executor, progress, checkpoint_every, branch_siblings, finetune may be changed, got algo=cfl"):
         resume_argv([f"branch_from={tmp_path}", "algo=cfl"])
     with pytest.raises(ValueError, match="give one of them"):
         resume_argv([f"branch_from={tmp_path}", f"resume={tmp_path}"])
@@ -172,6 +172,35 @@ def test_branch_point_needs_the_same_config_and_a_checkpoint_before_the_last_rou
     assert branch_point(tmp_path, branch) == tmp_path / "checkpoints" / "round_2"
     with pytest.raises(ValueError, match="differs from the saved config.yaml in algo, seed"):
         branch_point(tmp_path, branch.replace("fedavg", "cfl").replace("seed: 1", "seed: 2"))
+
+
+def test_sibling_source_is_a_finished_run_with_the_same_config_and_an_earlier_checkpoint(tmp_path):
+    config = "algo: fedavg\nrounds: 3\nfinetune: false\nseed: 1\nbranch_siblings: true\n"
+
+    def sibling(name: str, text: str = config, checkpoints: tuple[int, ...] = (2,), finished: bool = True) -> Path:
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(text)
+        for r in checkpoints:
+            (run / "checkpoints" / f"round_{r}").mkdir(parents=True)
+            (run / "checkpoints" / f"round_{r}" / "server.pt").write_bytes(b"")
+        if finished:
+            (run / "metrics.json").write_text("{}")
+        return run
+
+    me = sibling("9_me", finished=False)
+    ft = config.replace("finetune: false", "finetune: true")
+    assert sibling_source(me, ft) is None
+    sibling("0_other_seed", config.replace("seed: 1", "seed: 2"))
+    sibling("1_unfinished", finished=False)
+    sibling("2_no_checkpoint", checkpoints=())
+    sibling("3_checkpoint_after_last_round", checkpoints=(3,))
+    assert sibling_source(me, ft) is None
+    early = sibling("5_early", checkpoints=(1,))
+    assert sibling_source(me, ft) == early
+    late = sibling("6_late", config.replace("branch_siblings: true", "branch_siblings: false"))
+    assert sibling_source(me, ft) == late
+    assert sibling_source(me, config) == late  # a plain run may branch too: only the last round differs
 
 
 def test_branch_with_finetune_equals_the_finetune_run_from_scratch(tmp_path, morlfed_cli):
