@@ -303,6 +303,24 @@ def _cell(mean: float, std: float, count: int, decimals: int) -> str:
     return text if count < 2 else f"{text} ± {std:.{decimals}f}"
 
 
+def _best(means: Sequence[float], higher_is_better: bool) -> float | None:
+    """The best of a column's shown means (``None`` for an empty column)."""
+    return (max(means) if higher_is_better else min(means)) if means else None
+
+
+def _stat_cell(stats: pd.DataFrame, key: tuple, decimals: int, best: float | None) -> str:
+    """One cell: mean ± std over seeds at ``key`` of ``stats``, in bold when it ties ``best``."""
+    if key not in stats.index:
+        return ""
+    mean, std, count = stats.loc[key]
+    text = _cell(mean, std, int(count), decimals)
+    return f"**{text}**" if count > 0 and best is not None and round(mean, decimals) == best else text
+
+
+def _shown_means(stats: pd.DataFrame, keys: Sequence[tuple], decimals: int) -> list[float]:
+    return [round(stats.loc[k, "mean"], decimals) for k in keys if k in stats.index and stats.loc[k, "count"] > 0]
+
+
 def metric_table(summary: pd.DataFrame, dist: str, metric: str, decimals: int = 2,
                  registry: dict[str, MetricInfo] = METRICS, column: str = "env") -> str | None:
     """The markdown table of ``metric`` under preference distribution ``dist``, or ``None`` if
@@ -317,24 +335,32 @@ def metric_table(summary: pd.DataFrame, dist: str, metric: str, decimals: int = 
         return None
     envs = sorted(part[column].unique())
     rows = _row_order(part)
-    best: dict[str, float] = {}
-    for env in envs:
-        means = [round(stats.loc[(dist, v, env), "mean"], decimals) for v in rows
-                 if (dist, v, env) in stats.index and stats.loc[(dist, v, env), "count"] > 0]
-        if means:
-            best[env] = max(means) if registry[metric].higher_is_better else min(means)
+    higher = registry[metric].higher_is_better
+    best = {env: _best(_shown_means(stats, [(dist, v, env) for v in rows], decimals), higher) for env in envs}
     lines = ["| algorithm | " + " | ".join(envs) + " |", "|---|" + "---|" * len(envs)]
     for variant in rows:
-        cells = []
-        for env in envs:
-            if (dist, variant, env) not in stats.index:
-                cells.append("")
-                continue
-            mean, std, count = stats.loc[(dist, variant, env)]
-            text = _cell(mean, std, int(count), decimals)
-            if count > 0 and env in best and round(mean, decimals) == best[env]:
-                text = f"**{text}**"
-            cells.append(text)
+        cells = [_stat_cell(stats, (dist, variant, env), decimals, best[env]) for env in envs]
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def metrics_table(summary: pd.DataFrame, env: str, dist: str, metrics: Sequence[str], decimals: int = 2) -> str | None:
+    """The markdown table of one environment under one preference distribution, or ``None`` if
+    it has no runs. Rows: algorithm variants; columns: ``metrics``; cells mean ± std over seeds;
+    the best mean of each column in bold (all cells tying at the shown precision)."""
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric {', '.join(map(repr, unknown))}; valid: {', '.join(METRICS)}")
+    part = summary[(summary["env"] == env) & (summary["dist"] == dist)]
+    if part.empty:
+        return None
+    rows = _row_order(part)
+    stats = {m: aggregate_over_seeds(part, m) for m in metrics}
+    best = {m: _best(_shown_means(stats[m], [(dist, v, env) for v in rows], decimals), METRICS[m].higher_is_better)
+            for m in metrics}
+    lines = ["| algorithm | " + " | ".join(METRICS[m].title for m in metrics) + " |", "|---|" + "---|" * len(metrics)]
+    for variant in rows:
+        cells = [_stat_cell(stats[m], (dist, variant, env), decimals, best[m]) for m in metrics]
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

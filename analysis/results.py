@@ -15,6 +15,9 @@ the tables can be rebuilt without rerunning anything. Kinds:
 * ``table metric=M dist=D [decimals=2]``: rows algorithm variants, columns environments, cells
   mean ± sample std over seeds, the best of each column in bold
   (:func:`analysis.evaluate.metric_table`, the same table ``comparison.md`` has).
+* ``metrics env=E dist=D metrics=M1,M2,... [decimals=2]``: one environment under one preference
+  distribution; rows algorithm variants, columns the metrics, cells mean ± sample std over seeds,
+  the best of each column in bold (:func:`analysis.evaluate.metrics_table`).
 * ``ranking metric=M [focus=fedpref*] [claims=paper.csv] [decimals=2]``: per environment and
   preference distribution, the first-ranked variant, the best-ranked variant matching ``focus``
   (a glob over labels) and its rank. With ``claims`` (a CSV with columns ``metric env dist first
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.evaluate import aggregate_over_seeds, metric_table
+from analysis.evaluate import aggregate_over_seeds, metric_table, metrics_table
 from analysis.metrics import METRICS
 from morlfed.rundir import atomic_write_text
 
@@ -142,6 +145,22 @@ def render_table(summary: pd.DataFrame, args: dict[str, str]) -> str:
     return table
 
 
+def render_metrics(summary: pd.DataFrame, args: dict[str, str]) -> str:
+    """The ``metrics`` block: several metrics of one environment under one preference distribution."""
+    decimals = _decimals(args)
+    metrics = [m for m in args.get("metrics", "").split(",") if m]
+    if not metrics:
+        raise ResultsError(f"results:metrics needs metrics=M1,M2,...; valid: {', '.join(METRICS)}")
+    for metric in metrics:
+        _metric({"metric": metric})
+    env, dist = args.get("env"), args.get("dist")
+    pairs = sorted(set(zip(summary["env"], summary["dist"])))
+    if (env, dist) not in pairs:
+        raise ResultsError(f"env={env!r} dist={dist!r} has no runs in the csv; it has "
+                           f"{', '.join(f'env={e} dist={d}' for e, d in pairs)}")
+    return metrics_table(summary, env, dist, metrics, decimals)
+
+
 def ranking(summary: pd.DataFrame, metric: str, focus: str = "fedpref*", decimals: int = 2) -> pd.DataFrame:
     """Per ``(env, dist)``: the first-ranked variant by mean over seeds of ``metric`` (ties at
     ``decimals`` all first), the best variant whose label matches the glob ``focus`` and its rank
@@ -220,6 +239,7 @@ def render_budget(summary: pd.DataFrame, args: dict[str, str]) -> str:
 
 RENDERERS: dict[str, tuple[set[str], Callable[[pd.DataFrame, dict[str, str], Path], str]]] = {
     "table": ({"csv", "metric", "dist", "decimals"}, lambda s, a, b: render_table(s, a)),
+    "metrics": ({"csv", "env", "dist", "metrics", "decimals"}, lambda s, a, b: render_metrics(s, a)),
     "ranking": ({"csv", "metric", "focus", "claims", "decimals"}, render_ranking),
     "budget": ({"csv"}, lambda s, a, b: render_budget(s, a)),
 }

@@ -85,6 +85,19 @@ def test_table_block_has_mean_std_and_bold_best(doc):
     assert cells["fedavg"] == ["1.00 ± 1.41", "7.00 ± 1.41"]
 
 
+def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, summary):
+    summary.to_csv(tmp_path / "runs.csv", index=False)
+    path = tmp_path / "results.md"
+    path.write_text("<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=mean_scalarised,igd decimals=1 -->\n"
+                    "<!-- /results -->\n")
+    assert main([str(path)]) == 0
+    cells = table_cells(path.read_text(), "| algorithm | Mean scalarised")
+    # igd = 10 - value (the same for both seeds): lower is better, so the bold IGD cell is the best reward's
+    assert cells["fedpref+FT"] == ["**5.0 ± 1.4**", "**5.0 ± 0.0**"]
+    assert cells["fedavg"] == ["1.0 ± 1.4", "9.0 ± 0.0"]
+    assert list(cells) == ["fedavg", "fedpref", "fedpref+FT", "local"]
+
+
 def test_ranking_finds_first_and_focus_rank(summary):
     ranks = ranking(summary, "mean_scalarised").set_index(["env", "dist"])
     assert ranks.loc[("alpha", "dirichlet"), ["first", "focus", "rank"]].tolist() == ["fedpref+FT", "fedpref+FT", 1]
@@ -136,6 +149,11 @@ def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):
     ("<!-- results:budget csv=runs.csv colour=red -->\n<!-- /results -->", "does not take colour"),
     ("<!-- results:table metric=igd dist=dirichlet -->\n<!-- /results -->", "needs csv="),
     ("<!-- results:table csv=runs.csv metric igd -->\n<!-- /results -->", "is not key=value"),
+    ("<!-- results:metrics csv=runs.csv env=beta dist=equidistant metrics=igd -->\n<!-- /results -->",
+     "env='beta' dist='equidistant' has no runs in the csv; it has env=alpha dist=dirichlet, env=alpha dist=equidistant"),
+    ("<!-- results:metrics csv=runs.csv env=beta dist=dirichlet -->\n<!-- /results -->", "needs metrics=M1,M2"),
+    ("<!-- results:metrics csv=runs.csv env=beta dist=dirichlet metrics=igd,speed -->\n<!-- /results -->",
+     "metric='speed' is not a metric"),
 ])
 def test_bad_blocks_are_named_and_nothing_is_written(tmp_path, summary, capsys, block, message):
     summary.to_csv(tmp_path / "runs.csv", index=False)
