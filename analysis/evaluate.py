@@ -59,10 +59,10 @@ TABLE_ORDER: tuple[str, ...] = (
     "min_scalarised", "max_scalarised",
 )
 #: Config keys that never distinguish one algorithm variant from another (the seed, and
-#: settings that do not change results: logging, threads, checkpointing, resuming or branching
-#: from a checkpoint, the executor).
+#: settings that do not change results: logging, learning curves, threads, checkpointing,
+#: resuming or branching from a checkpoint, the executor).
 IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
-    {"seed", "progress", "torch_threads", "save_similarity", "checkpoint_every", "resume", "branch_from",
+    {"seed", "progress", "eval_every", "torch_threads", "save_similarity", "checkpoint_every", "resume", "branch_from",
      "branch_siblings"})
 IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.",)
 #: Identity columns of ``summary.csv`` (metric columns follow, in ``METRICS`` order).

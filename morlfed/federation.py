@@ -4,7 +4,9 @@ For each round: choose the participants (seeded), ``strategy.configure`` -> the 
 ``client.fit`` -> non-finite or failed results are dropped and logged -> ``strategy.aggregate``
 -> ``rounds.csv`` / ``clusters.jsonl``. With ``finetune`` (the "+FT" variant) the last round
 includes every client and is not aggregated: each client deploys the model it just trained.
-At the end every client's deployed model is evaluated. With a checkpointer, a checkpoint is
+At the end every client's deployed model is evaluated; with ``eval_every=k`` also after every k-th
+round, into ``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the
+last round's value is the final evaluation's). With a checkpointer, a checkpoint is
 written after every ``checkpoint_every``-th round and on Ctrl-C (:mod:`morlfed.checkpoint`);
 :meth:`Federation.resume` continues from one.
 """
@@ -50,6 +52,9 @@ class FederationConfig:
     :param save_similarity: write ``similarity_<round>.npy`` each round (NaN outside the blocks
         the strategy computed)
     :param progress: show a progress bar
+    :param eval_every: evaluate every client's deployed model after every ``eval_every``-th round
+        and log the clients' mean ``Evaluation.scalarised`` in ``rounds.csv`` as
+        ``mean_eval_scalarised`` (0: only the final evaluation); evaluation never changes training
     :param round_metrics: client training metrics (``FitResult.metrics`` keys) whose mean over the
         round's usable results is logged in ``rounds.csv`` as ``mean_<key>``, after
         ``mean_train_reward`` (vision runs: ``train_loss``)
@@ -63,6 +68,7 @@ class FederationConfig:
     finetune: bool = False
     save_similarity: bool = False
     progress: bool = True
+    eval_every: int = 0
     round_metrics: tuple[str, ...] = ()
 
 
@@ -153,24 +159,39 @@ class Federation:
                     self.strategy.aggregate(rnd, ok)
                 reward = mean_train_reward(ok)
                 bar.set_postfix(train_reward=f"{reward:.3g}", failed=len(failed))
-                self._log(rnd, len(tasks), ok, failed, reward, time.perf_counter() - t0, aggregated=not last_ft)
+                curve = self._evaluate_deployed() if self._eval_due(rnd) and rnd < cfg.rounds else None
+                self._log(rnd, len(tasks), ok, failed, reward, time.perf_counter() - t0, aggregated=not last_ft, evaluated=curve)
                 if self.checkpointer and (self.checkpointer.due(rnd) or stop.requested):
                     path = self._checkpoint(rnd, finetuned)
                     if stop.requested:
                         bar.close()
                         raise RunInterrupted(rnd, path)
         bar.close()
-        models: dict[int, torch.Tensor | None] = {
-            cid: finetuned.get(cid, self.strategy.model_for(cid)) for cid in range(cfg.n_clients)
-        }
-        if self.strategy.deploys_personal:  # each client evaluates its private personal model
-            models = {cid: None for cid in models}
-        seeds = {cid: derive_seed(cfg.seed, "final-eval", cid) for cid in models}
-        evaluations = self.executor.evaluate(models, seeds)
-        model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in models}
+        evaluations = self.executor.evaluate(self._deployed(finetuned), self._eval_seeds())
+        if self.run_dir is not None and self._eval_due(cfg.rounds):
+            self.run_dir.update_last_round({"mean_eval_scalarised": mean_scalarised(evaluations)})
+        model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
         return FederationOutcome(evaluations, model_ids, time.perf_counter() - started)
 
-    def _log(self, rnd: int, n_tasks: int, ok: dict[int, FitResult], failed: dict[int, str], reward: float, seconds: float, aggregated: bool) -> None:
+    def _deployed(self, finetuned: dict[int, torch.Tensor]) -> dict[int, torch.Tensor | None]:
+        """The model each client deploys now (``None``: its private personal model)."""
+        if self.strategy.deploys_personal:  # each client evaluates its private personal model
+            return {cid: None for cid in range(self.cfg.n_clients)}
+        return {cid: finetuned.get(cid, self.strategy.model_for(cid)) for cid in range(self.cfg.n_clients)}
+
+    def _eval_seeds(self) -> dict[int, int]:
+        """Evaluation seeds: the same every round, so the curve's last point is the final evaluation."""
+        return {cid: derive_seed(self.cfg.seed, "final-eval", cid) for cid in range(self.cfg.n_clients)}
+
+    def _eval_due(self, rnd: int) -> bool:
+        return self.cfg.eval_every > 0 and (rnd % self.cfg.eval_every == 0 or rnd == self.cfg.rounds)
+
+    def _evaluate_deployed(self) -> float:
+        """The clients' mean scalarised evaluation of the models they deploy after this round."""
+        return mean_scalarised(self.executor.evaluate(self._deployed({}), self._eval_seeds()))
+
+    def _log(self, rnd: int, n_tasks: int, ok: dict[int, FitResult], failed: dict[int, str], reward: float, seconds: float,
+             aggregated: bool, evaluated: float | None) -> None:
         if self.run_dir is None:
             return
         diag = self.strategy.diagnostics() if aggregated else {}
@@ -183,6 +204,7 @@ class Federation:
                 "events": "; ".join(self.executor.take_events()),
                 "mean_train_reward": reward,
                 **{f"mean_{key}": mean_metric(ok, key) for key in self.cfg.round_metrics},
+                **({"mean_eval_scalarised": "" if evaluated is None else evaluated} if self.cfg.eval_every else {}),
                 "n_clusters": len(diag.get("clusters", [])) or "",
                 "seconds": round(seconds, 3),
             }
@@ -212,6 +234,11 @@ def split_results(results: dict[int, FitResult | ClientFailure]) -> tuple[dict[i
 def mean_train_reward(results: dict[int, FitResult]) -> float:
     """Mean over clients of the scalarised training reward they reported (NaN if none did)."""
     return mean_metric(results, "train_reward")
+
+
+def mean_scalarised(evaluations: dict[int, Evaluation]) -> float:
+    """Mean over clients of their scalarised evaluation (RL: ``w . return``; vision: accuracy)."""
+    return float(np.mean([ev.scalarised for ev in evaluations.values()]))
 
 
 def mean_metric(results: dict[int, FitResult], key: str) -> float:

@@ -88,6 +88,8 @@ def build_plan(cfg: DictConfig) -> Plan:
         except ValueError as exc:
             raise ConfigError(f"env: {exc}") from exc
     n, rounds, steps = (_positive_int(cfg, k) for k in ("n_clients", "rounds", "local_steps"))
+    if isinstance(cfg.eval_every, bool) or not isinstance(cfg.eval_every, int) or cfg.eval_every < 0:
+        raise ConfigError(f"eval_every must be an integer >= 0 (0: only the final evaluation), got {cfg.eval_every!r}")
     participation = float(cfg.participation)
     if not 0.0 < participation <= 1.0:
         raise ConfigError(f"participation must be in (0, 1], got {cfg.participation!r}")
@@ -133,6 +135,7 @@ def build_plan(cfg: DictConfig) -> Plan:
         finetune=bool(cfg.finetune),
         save_similarity=bool(cfg.save_similarity),
         progress=bool(cfg.progress),
+        eval_every=cfg.eval_every,
         round_metrics=("train_loss",) if vision_task else (),
     )
     return Plan(spec, fed, prefs, strategy, executor, choices.algo, choices.dist, faults, cfg.checkpoint_every, vision)

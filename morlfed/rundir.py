@@ -102,6 +102,11 @@ class RunDirectory:
         self._rounds.append(dict(row))
         self.write_csv("rounds.csv", self._rounds)
 
+    def update_last_round(self, values: Mapping[str, Any]) -> None:
+        """Set columns of the last ``rounds.csv`` row (rewritten atomically)."""
+        self._rounds[-1].update(values)
+        self.write_csv("rounds.csv", self._rounds)
+
     def log_clusters(self, record: Mapping[str, Any]) -> None:
         """Append a JSON line to ``clusters.jsonl`` (rewritten atomically)."""
         self._clusters.append(to_json(record))

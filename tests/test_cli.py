@@ -56,6 +56,20 @@ def test_same_seed_same_numbers(smoke: Path, tmp_path: Path, morlfed_cli):
     assert (tmp_path / "again" / "final.csv").read_text() == (smoke / "final.csv").read_text()
 
 
+def test_eval_every_logs_a_learning_curve_and_changes_nothing(smoke: Path, tmp_path: Path, morlfed_cli):
+    """Evaluating the deployed models after every round (here in worker processes) leaves training
+    untouched: the same final.csv as the smoke run, and the curve's last point is its final mean."""
+    out = tmp_path / "curve"
+    proc = morlfed_cli([*TINY, "save_similarity=true", "eval_every=1", "executor=process", "executor.workers=2",
+                        f"hydra.run.dir={out}"], ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "final.csv").read_text() == (smoke / "final.csv").read_text()
+    rounds = pd.read_csv(out / "rounds.csv")
+    assert rounds["mean_eval_scalarised"].notna().all() and len(rounds) == 2
+    assert rounds["mean_eval_scalarised"].iloc[-1] == pytest.approx(pd.read_csv(out / "final.csv")["scalarised"].mean())
+    assert "mean_eval_scalarised" not in pd.read_csv(smoke / "rounds.csv").columns
+
+
 BAD_INPUTS = [
     (["env=atari"], "unknown env 'atari'; valid: deep-sea-treasure"),
     (["dist=uniform"], "unknown dist 'uniform'; valid: dirichlet"),
@@ -68,6 +82,7 @@ BAD_INPUTS = [
     (["participation=0"], "participation must be in (0, 1]"),
     (["participation=1.5"], "participation must be in (0, 1]"),
     (["algo.top_r=0"], "top_r must be in (0, 1]"),
+    (["eval_every=-1"], "eval_every must be an integer >= 0 (0: only the final evaluation), got -1"),
 ]
 
 

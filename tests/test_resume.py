@@ -138,7 +138,7 @@ def test_resume_command_line_reuses_the_saved_overrides(tmp_path):
     assert resume_argv([f"resume={tmp_path}", "executor=sequential"]) == [
         "algo=fedavg", "seed=4", "executor=sequential", f"resume={tmp_path}", f"hydra.run.dir={tmp_path}"
     ]
-    with pytest.raises(ValueError, match="only executor, progress, checkpoint_every may be changed, got seed=5"):
+    with pytest.raises(ValueError, match="only executor, progress, checkpoint_every, branch_siblings may be changed, got seed=5"):
         resume_argv([f"resume={tmp_path}", "seed=5"])
     with pytest.raises(ValueError, match="not a morlfed run directory"):
         resume_argv([f"resume={tmp_path / 'nothing'}"])
