@@ -8,6 +8,8 @@ malformed ones are reported on stderr and skipped) and writes, as PNG and PDF (`
   row each, seeds as marker shapes;
 * ``learning_<env>_<dist>``: mean scalarised training reward per round (``rounds.csv``), one
   line per algorithm, +- std band over seeds;
+* ``evaluation_<env>_<dist>``: the same for the deployed models' evaluation, for runs made with
+  ``eval_every=k``;
 * ``similarity_<run>``: client-similarity heatmaps ordered by cluster at ``--rounds`` (default:
   first, middle and last saved round), for runs made with ``save_similarity=true``;
 * ``clusters_<run>``: cluster evolution over rounds, for strategies that log clusters.
@@ -64,12 +66,20 @@ def default_rounds(available: Sequence[int], k: int = 3) -> list[int]:
     return sorted(set(picks))
 
 
-def learning_curves(runs: Sequence[Run], labels: Sequence[str]) -> pd.DataFrame:
-    """Long table ``label, seed, round, value`` of ``rounds.csv``'s ``mean_train_reward``."""
+#: Learning-curve figures: ``rounds.csv`` column -> (file name prefix, y-axis label).
+CURVES: dict[str, tuple[str, str]] = {
+    "mean_train_reward": ("learning", "mean scalarised training reward"),
+    "mean_eval_scalarised": ("evaluation", "mean scalarised return of the deployed models"),
+}
+
+
+def learning_curves(runs: Sequence[Run], labels: Sequence[str], column: str = "mean_train_reward") -> pd.DataFrame:
+    """Long table ``label, seed, round, value`` of ``rounds.csv``'s ``column`` (rounds without a
+    value, and runs without the column, left out)."""
     parts = [
         pd.DataFrame({"label": label, "seed": run.seed, "round": run.rounds["round"],
-                      "value": pd.to_numeric(run.rounds["mean_train_reward"], errors="coerce")})
-        for run, label in zip(runs, labels) if len(run.rounds)
+                      "value": pd.to_numeric(run.rounds[column], errors="coerce")})
+        for run, label in zip(runs, labels) if len(run.rounds) and column in run.rounds.columns
     ]
     if not parts:
         return pd.DataFrame(columns=["label", "seed", "round", "value"])
@@ -112,10 +122,11 @@ def write_figures(runs: Sequence[Run], out: Path, returns: str = "discounted",
                                        title=f"{env} / {dist} ({returns} returns)",
                                        front_label=f"{ref.source} front")
         written += save_figure(fig, out / f"fronts_{_safe(env)}_{_safe(dist)}", formats)
-        curves = learning_curves([runs[i] for i in members], [labels[i] for i in members])
-        if len(curves):
-            fig = learning_curves_figure(curves, title=f"{env} / {dist}")
-            written += save_figure(fig, out / f"learning_{_safe(env)}_{_safe(dist)}", formats)
+        for column, (prefix, ylabel) in CURVES.items():
+            curves = learning_curves([runs[i] for i in members], [labels[i] for i in members], column)
+            if len(curves):
+                fig = learning_curves_figure(curves, title=f"{env} / {dist}", ylabel=ylabel)
+                written += save_figure(fig, out / f"{prefix}_{_safe(env)}_{_safe(dist)}", formats)
     return written
 
 

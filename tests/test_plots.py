@@ -154,10 +154,11 @@ def test_default_rounds():
 
 @pytest.fixture(scope="module")
 def fedpref_run(tmp_path_factory) -> Path:
-    """A real tiny FedPref run on DST: 4 clients in 2 preference groups, similarity saved."""
+    """A real tiny FedPref run on DST: 4 clients in 2 preference groups, similarity saved, the
+    deployed models evaluated every round."""
     out = tmp_path_factory.mktemp("plots") / "run"
     cmd = [sys.executable, "-m", "morlfed.run", "algo=fedpref", "dist=groups", "dist.n_groups=2",
-           "n_clients=4", "rounds=3", "local_steps=100", "save_similarity=true", "progress=false",
+           "n_clients=4", "rounds=3", "local_steps=100", "save_similarity=true", "eval_every=1", "progress=false",
            f"hydra.run.dir={out}"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -168,9 +169,9 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
     run = load_run(fedpref_run)
     assert run.similarity_rounds() == [1, 2, 3] and sorted(run.cluster_history()) == [1, 2, 3]
     assert main([str(fedpref_run), "--out", str(tmp_path), "--rounds", "1", "3"]) == 0
-    assert "wrote 10 files for 1 runs" in capsys.readouterr().out
+    assert "wrote 12 files for 1 runs" in capsys.readouterr().out
     stems = ["front_run", "similarity_run", "clusters_run", "fronts_deep-sea-treasure_groups",
-             "learning_deep-sea-treasure_groups"]
+             "learning_deep-sea-treasure_groups", "evaluation_deep-sea-treasure_groups"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{s}.{f}" for s in stems for f in ("png", "pdf"))
     assert main([str(fedpref_run / "nope"), "--out", str(tmp_path)]) == 1
     assert "no such file or directory" in capsys.readouterr().err
