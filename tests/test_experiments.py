@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = group_options("experiment")
 #: Jobs per experiment at its own sweep (seeds included), and the paper rows it covers.
 EXPECTED_JOBS = {"comparison": 5 * 3 * 10, "ablation": 5 * 6, "sensitivity_top_r": 5 * 6,
-                 "sensitivity_s_min": 5 * 7, "clustering_validation": 3 * 2, "fedpref_search": 3 * 27}
+                 "sensitivity_s_min": 5 * 7, "clustering_validation": 3 * 2, "fedpref_search": 3 * 27,
+                 "convergence": 3}
 
 
 def _compose(overrides: list[str]):
