@@ -239,26 +239,20 @@ _BRANCH_IGNORES = {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resum
 
 def sibling_source(run_path: Path, config_yaml: str) -> Path | None:
     """For ``branch_siblings=true``: a finished run beside ``run_path`` (in the same sweep folder)
-    whose saved config equals ``config_yaml`` outside the keys a branch may change and whose latest
-    checkpoint precedes the last round, the one with the latest such checkpoint (then by name); a
-    "+FT" run started from it with :func:`branch_point` gets exactly its from-scratch numbers.
-    ``None`` if there is none (the run then trains from scratch)."""
-    from omegaconf import OmegaConf
-
+    that :func:`branch_point` accepts as the source of a run with config ``config_yaml`` (the same
+    config outside the keys a branch may change, a checkpoint before the last round), the one with
+    the latest such checkpoint (then by name); a "+FT" run started from it gets exactly its
+    from-scratch numbers. ``None`` if there is none (the run then trains from scratch)."""
     run_path = Path(run_path).absolute()
-    rounds = int(OmegaConf.create(config_yaml)["rounds"])
     found = []
     for other in sorted(run_path.parent.iterdir()):
         if other == run_path or not (other / "metrics.json").is_file():
             continue
-        latest = Checkpointer(other).latest()
-        if latest is None or checkpoint_round(latest) >= rounds:
-            continue
         try:
-            _check_same_config(other, config_yaml, "branch_from", _BRANCH_IGNORES)
+            point = branch_point(other, config_yaml)
         except ValueError:
             continue
-        found.append((-checkpoint_round(latest), other.name, other))
+        found.append((-checkpoint_round(point), other.name, other))
     return min(found)[2] if found else None
 
 
