@@ -143,6 +143,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--profile", choices=ENGINES, help="only cProfile one 1-worker federation of this engine")
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device")
     torch.set_num_threads(1)
     steps = STEPS | parse_overrides(args.steps, "--steps")
     starts = LEARNING_STARTS | parse_overrides(args.learning_starts, "--learning-starts")

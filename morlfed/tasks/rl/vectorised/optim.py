@@ -1,9 +1,12 @@
 """Adam for N clients' stacked parameters, with a per-client mask.
 
 Every parameter tensor is stacked over clients (``[N, ...]``). Clients whose mask entry is false
-this step are left exactly as they are: parameters, moments and step count. Each client's update
-is the one ``torch.optim.Adam`` (default ``betas``, ``eps``, no weight decay, not amsgrad) makes
-for its own slice, so N clients trained in lockstep follow N independent optimisers.
+this step are left exactly as they are: parameters, moments and step count. Each client's row is
+updated as its own tensor by torch's fused Adam kernel (``torch.optim.Adam(fused=True)``'s, with
+default ``betas``, ``eps``, no weight decay, not amsgrad): one pass over the row instead of the
+dozen element-wise passes of the default implementation that SB3 uses, whose results it matches
+to within a float32 rounding. Since every row is a separate tensor of the same length, a client's
+update does not depend on the other clients, bit for bit.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
+from torch.optim.adam import adam
 
 
 class MaskedAdam:
     """Per-client Adam over stacked parameters.
 
-    :param params: the stacked parameters (``[N, ...]`` leaf tensors with ``requires_grad``)
+    :param params: the stacked parameters (``[N, ...]`` tensors)
     :param lr: step size
     :param betas: Adam's moment decay rates
     :param eps: Adam's denominator term
@@ -33,55 +37,62 @@ class MaskedAdam:
         self.lr, self.betas, self.eps = lr, betas, eps
         first = next(iter(self.params.values()))
         self.n = first.shape[0]
-        self.step_count = torch.zeros(self.n, dtype=torch.float64, device=first.device)
+        #: the step count of each (parameter, client) (float32, as torch's Adam keeps it); the
+        #: parameters of a client advance together unless one of them has no gradient
+        self.steps = torch.zeros(len(self.params), self.n, device=first.device)
         self.exp_avg = {k: torch.zeros_like(p) for k, p in self.params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(p) for k, p in self.params.items()}
+        # per-row views, so that the fused kernel updates each client's row as its own tensor
+        self._rows = {
+            k: (p.unbind(0), self.exp_avg[k].unbind(0), self.exp_avg_sq[k].unbind(0), self.steps[j].unbind(0))
+            for j, (k, p) in enumerate(self.params.items())
+        }
 
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient."""
-        for p in self.params.values():
-            p.grad = None
+    @property
+    def step_count(self) -> torch.Tensor:
+        """Each client's step count (``[N]``, of its first parameter)."""
+        return self.steps[0]
 
     @torch.no_grad()
     def step(self, mask: torch.Tensor, grads: Mapping[str, torch.Tensor] | None = None) -> None:
         """One Adam step for the clients where ``mask`` (``[N]`` bool) is true.
 
-        With every client on, the update runs in place on the whole tensors; otherwise on copies
-        of the masked clients' rows, written back, so the others cost nothing. A client's new
-        values are the same either way (the very same element-wise operations, none that fuses a
-        multiply into an add).
+        All the masked clients' rows of every parameter go through one fused-kernel call.
 
-        :param mask: the clients that take the step (on the CPU: no device synchronisation)
+        :param mask: the clients that take the step (read on the CPU)
         :param grads: the masked clients' gradients, ``{name: [k, ...]}`` in client order;
             default: the masked rows of every parameter's ``grad``
         """
-        beta1, beta2 = self.betas
-        mask = mask.cpu()
-        every = bool(mask.all())
-        rows = None if every else torch.nonzero(mask).flatten().to(self.step_count.device)
-        self.step_count += mask.to(self.step_count.device, self.step_count.dtype)
-        t = (self.step_count if rows is None else self.step_count[rows]).clamp(min=1)
-        bias1 = 1 - beta1**t
-        bias2_sqrt = (1 - beta2**t).sqrt()
-        for name, p in self.params.items():
-            grad = p.grad if grads is None else grads.get(name)
-            if grad is None:
+        rows = torch.nonzero(mask.cpu()).flatten().tolist()
+        lists: tuple[list[torch.Tensor], ...] = ([], [], [], [], [])
+        for name, (params, exp_avg, exp_avg_sq, steps) in self._rows.items():
+            grad = self.params[name].grad if grads is None else grads.get(name)
+            if grad is None or not rows:
                 continue
-            m, v, value = self.exp_avg[name], self.exp_avg_sq[name], p
-            if rows is not None:
-                m, v, value = m.index_select(0, rows), v.index_select(0, rows), p.index_select(0, rows)
-                if grads is None:
-                    grad = grad.index_select(0, rows)
-            shape = (len(value),) + (1,) * (p.ndim - 1)
-            step_size = (self.lr / bias1).to(p.dtype).view(shape)
-            bias2 = bias2_sqrt.to(p.dtype).view(shape)
-            m.mul_(beta1).add_(grad * (1 - beta1))
-            v.mul_(beta2).add_(grad * grad * (1 - beta2))
-            value.sub_(step_size * m / (v.sqrt().div_(bias2).add_(self.eps)))
-            if rows is not None:
-                self.exp_avg[name].index_copy_(0, rows, m)
-                self.exp_avg_sq[name].index_copy_(0, rows, v)
-                p.index_copy_(0, rows, value)
+            lists[0].extend(params[i] for i in rows)
+            lists[1].extend(grad.unbind(0) if grads is not None else (grad[i] for i in rows))
+            lists[2].extend(exp_avg[i] for i in rows)
+            lists[3].extend(exp_avg_sq[i] for i in rows)
+            lists[4].extend(steps[i] for i in rows)
+        if not lists[0]:
+            return
+        beta1, beta2 = self.betas
+        adam(
+            lists[0],
+            lists[1],
+            lists[2],
+            lists[3],
+            [],
+            lists[4],
+            fused=True,
+            amsgrad=False,
+            beta1=beta1,
+            beta2=beta2,
+            lr=self.lr,
+            weight_decay=0.0,
+            eps=self.eps,
+            maximize=False,
+        )
 
     def state_of(self, i: int) -> dict[str, object]:
         """Client ``i``'s optimiser state (an independent copy)."""
@@ -93,14 +104,14 @@ class MaskedAdam:
 
     def load_state_of(self, i: int, state: Mapping[str, object]) -> None:
         """Restore client ``i``'s optimiser state from :meth:`state_of`."""
-        self.step_count[i] = float(state["step"])  # type: ignore[arg-type]
+        self.steps[:, i] = float(state["step"])  # type: ignore[arg-type]
         for key, target in (("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq)):
             for name, value in state[key].items():  # type: ignore[attr-defined]
                 target[name][i].copy_(value)
 
     def reset(self, i: int) -> None:
         """Give client ``i`` a fresh optimiser (no steps, zero moments)."""
-        self.step_count[i] = 0
+        self.steps[:, i] = 0
         for target in (self.exp_avg, self.exp_avg_sq):
             for value in target.values():
                 value[i].zero_()
