@@ -16,10 +16,12 @@ which also uses the global RNG (random in ``minecart-v0``; zero-variance, hence 
 reproducible, and with several clients in one process (sequential executor) one client's episodes
 would change another's, so results would depend on the executor. For specs flagged
 ``seeds_global_numpy`` the factory adds :class:`GlobalNumpyRNGIsolation`: the env gets a private
-legacy-RNG state that is swapped in around every ``reset``/``step`` (and the caller's global state
-swapped back afterwards), and ``reset(seed=s)`` re-seeds that private state exactly as
+legacy RNG (a ``np.random.RandomState``), and ``reset(seed=s)`` re-seeds it exactly as
 ``np.random.seed(s)`` would. The env is then reproducible per seed, independent of other clients,
-and leaves the process' global RNG untouched.
+and leaves the process' global RNG untouched. Where the wrapper knows every draw a step makes
+(minecart: its mines' ``scipy.stats`` distributions) it hands the private RNG to those draws
+(``rv_frozen.random_state``), so a step costs nothing extra; for any other env it swaps the
+private state into ``np.random`` around each call (two state copies, about 100 us a step).
 """
 
 from __future__ import annotations
@@ -62,44 +64,66 @@ class MissingDependencyError(ImportError):
 
 
 class GlobalNumpyRNGIsolation(gym.Wrapper):
-    """Give an env that uses ``np.random.*`` internally its own, seedable global-RNG state.
+    """Give an env that uses ``np.random.*`` internally its own, seedable legacy RNG.
 
-    Around every ``reset``/``step`` the wrapper saves the caller's ``np.random`` state, installs the
-    env's private state, runs the call, stores the advanced private state and restores the caller's.
-    ``reset(seed=s)`` first re-seeds the private state as ``np.random.seed(s)`` would.
+    The private RNG is a ``np.random.RandomState``. ``reset(seed=s)`` first re-seeds it as
+    ``np.random.seed(s)`` would, so the env sees the very stream it would see after that call. A
+    ``reset`` runs with the private state swapped into ``np.random`` (the caller's state is saved
+    and restored around it). A ``step`` does too, unless the env's draws during a step are known
+    and routed to the private RNG (:meth:`_route_step_draws`): then the step runs as is.
 
     Args:
         env: the env to wrap.
-        seed: initial seed of the private state (used until a ``reset(seed=...)``).
+        seed: initial seed of the private RNG (used until a ``reset(seed=...)``).
     """
 
     def __init__(self, env: gym.Env, seed: int | None = None) -> None:
         super().__init__(env)
-        self._np_state: dict[str, Any] = np.random.RandomState(seed).get_state(legacy=False)
+        self._rng = np.random.RandomState(seed)
+        self._steps_routed = self._route_step_draws()
 
     def seed_global_numpy(self, seed: int | None) -> None:
-        """Re-seed the private legacy-RNG state (``np.random.seed(seed)`` semantics)."""
-        self._np_state = np.random.RandomState(seed).get_state(legacy=False)
+        """Re-seed the private legacy RNG (``np.random.seed(seed)`` semantics)."""
+        self._rng.seed(seed)
+
+    def _route_step_draws(self) -> bool:
+        """Point every random draw the env makes in ``step`` at the private RNG, where known.
+
+        Minecart's only draws after construction are its mines' ore yields,
+        ``scipy.stats.norm(...).rvs()``, which take the frozen distribution's ``random_state``
+        (the global RNG when unset). The mines are built once, in the constructor.
+        """
+        from mo_gymnasium.envs.minecart.minecart import Minecart
+
+        base = self.env.unwrapped
+        if not isinstance(base, Minecart):
+            return False
+        for mine in base.mines:
+            for distribution in mine.distributions:
+                distribution.random_state = self._rng
+        return True
 
     @contextlib.contextmanager
     def _private_rng(self) -> Iterator[None]:
         saved = np.random.get_state(legacy=False)
-        np.random.set_state(self._np_state)
+        np.random.set_state(self._rng.get_state(legacy=False))
         try:
             yield
         finally:
-            self._np_state = np.random.get_state(legacy=False)
+            self._rng.set_state(np.random.get_state(legacy=False))
             np.random.set_state(saved)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset the env with its private global-RNG state (re-seeded first if ``seed`` is given)."""
+        """Reset the env with its private RNG (re-seeded first if ``seed`` is given)."""
         if seed is not None:
             self.seed_global_numpy(seed)
         with self._private_rng():
             return self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        """Step the env with its private global-RNG state."""
+        """Step the env with its private RNG."""
+        if self._steps_routed:
+            return self.env.step(action)
         with self._private_rng():
             return self.env.step(action)
 

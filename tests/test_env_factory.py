@@ -241,6 +241,32 @@ def test_minecart_yields_reproducible_and_isolated() -> None:
     )
 
 
+class _SwappingIsolation(envs.GlobalNumpyRNGIsolation):
+    """The wrapper's general path: the private state swapped into np.random around every step."""
+
+    def _route_step_draws(self) -> bool:
+        return False
+
+
+def test_minecart_routed_draws_equal_the_swapped_global_stream() -> None:
+    import mo_gymnasium
+
+    spec = envs.get_spec("minecart").replace(gym_id="minecart-v0")  # stochastic yields
+    routed = envs.make_eval_env(spec, seed=4)
+    isolation = envs_factory._find_isolation(routed)
+    assert isolation is not None and isolation._steps_routed  # the fast path is the one under test
+    swapped = _SwappingIsolation(mo_gymnasium.make("minecart-v0", max_episode_steps=spec.max_episode_steps), 4)
+    contents = []
+    for env in (routed, swapped):
+        # four episodes of mining, each a fresh seed, then one continuing from the advanced RNG
+        mined = [_mined_content(env, seed) for seed in (4, 5, 4, 6)]
+        for a in _TO_MINE_AND_MINE:
+            obs, *_ = env.step(a)
+        contents.append(np.stack([*mined, np.asarray(obs[-2:])]))
+    assert (contents[0] > 0).all()
+    np.testing.assert_array_equal(contents[0], contents[1])
+
+
 def test_reset_env_seeds_global_numpy_for_hand_built_minecart() -> None:
     import mo_gymnasium
 
