@@ -62,11 +62,9 @@ IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
     }
 )
 IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.",)
-#: Identity columns of ``summary.csv`` (metric columns follow, in ``METRICS`` order).
-SUMMARY_COLUMNS: tuple[str, ...] = (
-    "run",
-    "name",
-    "env",
+#: The identity columns an RL and a vision summary share, after the environment or dataset
+#: columns (:func:`_variant_cells`).
+_VARIANT_COLUMNS: tuple[str, ...] = (
     "dist",
     "algo",
     "label",
@@ -76,6 +74,13 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "n_clients",
     "rounds",
     "local_steps",
+)
+#: Identity columns of ``summary.csv`` (metric columns follow, in ``METRICS`` order).
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "run",
+    "name",
+    "env",
+    *_VARIANT_COLUMNS,
     "env_steps_per_client",
     "wall_time_s",
     "returns",
@@ -89,21 +94,7 @@ VISION_METRICS: dict[str, MetricInfo] = {
     key: MetricInfo(title, higher, False, definition) for key, (title, higher, definition) in ACCURACY_METRICS.items()
 }
 #: Identity columns of ``vision_summary.csv`` (the :data:`VISION_METRICS` columns follow).
-VISION_SUMMARY_COLUMNS: tuple[str, ...] = (
-    "run",
-    "name",
-    "data",
-    "model",
-    "dist",
-    "algo",
-    "label",
-    "variant",
-    "finetune",
-    "seed",
-    "n_clients",
-    "rounds",
-    "local_steps",
-)
+VISION_SUMMARY_COLUMNS: tuple[str, ...] = ("run", "name", "data", "model", *_VARIANT_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -274,6 +265,26 @@ def select_runs(runs: Sequence[Run], returns: str = "discounted") -> tuple[list[
     return valid, skipped
 
 
+def _variant_cells(run: Run | VisionRun, variant: str, n_clients: int) -> dict[str, Any]:
+    """The :data:`_VARIANT_COLUMNS` cells of ``run``'s summary row.
+
+    :param run: an RL or a vision run
+    :param variant: its label with the settings that set it apart (:func:`variant_labels`)
+    :param n_clients: its number of clients
+    """
+    return {
+        "dist": run.dist,
+        "algo": run.algo,
+        "label": run.label,
+        "variant": variant,
+        "finetune": run.finetune,
+        "seed": run.seed,
+        "n_clients": n_clients,
+        "rounds": run.config.get("rounds"),
+        "local_steps": run.config.get("local_steps"),
+    }
+
+
 def _mismatches(run: Run, returns: str, recomputed: dict[str, Any], rel: float = 1e-6) -> list[str]:
     stored = run.info.get(returns)
     if not isinstance(stored, dict):
@@ -324,15 +335,7 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
                 "run": shown_path(run.path),
                 "name": run.name,
                 "env": run.env,
-                "dist": run.dist,
-                "algo": run.algo,
-                "label": run.label,
-                "variant": variant,
-                "finetune": run.finetune,
-                "seed": run.seed,
-                "n_clients": len(run.weights),
-                "rounds": run.config.get("rounds"),
-                "local_steps": run.config.get("local_steps"),
+                **_variant_cells(run, variant, len(run.weights)),
                 "env_steps_per_client": np.nan if run.env_steps is None else float(np.mean(run.env_steps)),
                 "wall_time_s": run.info.get("wall_time_s"),
                 "returns": returns,
@@ -376,15 +379,7 @@ def evaluate_vision_runs(runs: Sequence[VisionRun]) -> tuple[pd.DataFrame, list[
                 "name": run.name,
                 "data": run.data,
                 "model": run.info.get("model"),
-                "dist": run.dist,
-                "algo": run.algo,
-                "label": run.label,
-                "variant": variant,
-                "finetune": run.finetune,
-                "seed": run.seed,
-                "n_clients": len(run.clients),
-                "rounds": run.config.get("rounds"),
-                "local_steps": run.config.get("local_steps"),
+                **_variant_cells(run, variant, len(run.clients)),
                 **values,
             }
         )

@@ -37,9 +37,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from morlfed.analysis.arguments import default_out, report_skipped
+from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import (
     VISION_METRICS,
     evaluate_runs,
@@ -50,7 +49,7 @@ from morlfed.analysis.campaign import (
 from morlfed.analysis.runs import TASKS, Run, VisionRun, load_runs
 from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
 from morlfed.analysis.tables import TABLE_ORDER, comparison_markdown, vision_comparison_markdown
-from morlfed.metrics import METRICS, RETURN_KINDS
+from morlfed.metrics import METRICS
 from morlfed.rundir import atomic_write_text
 
 PROG = "analysis.evaluate"
@@ -62,19 +61,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Recompute every metric of a set of runs, build the campaign front and write "
         "summary.csv, stats.csv (paired tests against a reference variant) and comparison.md.",
     )
-    p.add_argument(
-        "runs",
-        nargs="+",
-        metavar="RUN_DIR",
-        help="run directories, folders holding them (e.g. a hydra multirun folder) or globs",
-    )
-    p.add_argument("--out", type=Path, help="output directory (default: RUN_DIR when exactly one directory is given)")
-    p.add_argument(
-        "--returns",
-        choices=RETURN_KINDS,
-        default="discounted",
-        help="returns the metrics are computed on (default: discounted)",
-    )
+    add_run_arguments(p, "returns the metrics are computed on")
     p.add_argument(
         "--metrics",
         nargs="+",

@@ -28,15 +28,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from morlfed.analysis.arguments import default_out, report_skipped
+from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import select_runs
 from morlfed.analysis.campaign_figures import write_figures, write_partial_figures
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
 from morlfed.figures import FORMATS
-from morlfed.metrics import RETURN_KINDS
 
 PROG = "analysis.plot"
 
@@ -47,19 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Write the fronts, similarity heatmaps, cluster evolution "
         "and learning-curve figures of a set of runs.",
     )
-    p.add_argument(
-        "runs",
-        nargs="+",
-        metavar="RUN_DIR",
-        help="run directories, folders holding them (e.g. a hydra multirun folder) or globs",
-    )
-    p.add_argument("--out", type=Path, help="output directory (default: RUN_DIR when exactly one directory is given)")
-    p.add_argument(
-        "--returns",
-        choices=RETURN_KINDS,
-        default="discounted",
-        help="returns plotted against the front (default: discounted)",
-    )
+    add_run_arguments(p, "returns plotted against the front")
     p.add_argument(
         "--rounds",
         type=int,

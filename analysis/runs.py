@@ -205,14 +205,19 @@ def _read_info(path: Path) -> dict[str, Any]:
     return info
 
 
-def _read_config(path: Path) -> tuple[dict[str, Any], EnvSpec]:
-    file = path / "config.yaml"
-    if not file.is_file():
-        raise RunDirError(path, "malformed: no config.yaml")
+def _load_config(path: Path) -> object:
+    """``config.yaml`` of the run directory ``path``, resolved into plain containers
+    (:class:`RunDirError` if it cannot be read or parsed)."""
     try:
-        config = OmegaConf.to_container(OmegaConf.load(file), resolve=True)
+        return OmegaConf.to_container(OmegaConf.load(path / "config.yaml"), resolve=True)
     except (OSError, yaml.YAMLError, ValueError) as exc:
         raise RunDirError(path, f"malformed config.yaml: {exc}") from None
+
+
+def _read_config(path: Path) -> tuple[dict[str, Any], EnvSpec]:
+    if not (path / "config.yaml").is_file():
+        raise RunDirError(path, "malformed: no config.yaml")
+    config = _load_config(path)
     if not isinstance(config, dict) or not isinstance(config.get("env"), dict):
         raise RunDirError(path, "malformed config.yaml: no env section")
     try:
@@ -222,28 +227,40 @@ def _read_config(path: Path) -> tuple[dict[str, Any], EnvSpec]:
     return cast("dict[str, Any]", config), spec  # a YAML mapping's keys are strings
 
 
-def _read_final(
-    path: Path, spec: EnvSpec, n_clients: Any
-) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+def _read_final_table(path: Path) -> pd.DataFrame:
+    """``final.csv`` of the run directory ``path``, as written (:class:`RunDirError` if it is
+    absent or unreadable)."""
     file = path / "final.csv"
     if not file.is_file():
         raise RunDirError(path, "malformed: metrics.json present but no final.csv")
     try:
-        table = pd.read_csv(file)
+        return pd.read_csv(file)
     except (OSError, ValueError) as exc:
         raise RunDirError(path, f"malformed final.csv: {exc}") from None
-    m = spec.n_objectives
-    weight_cols = [f"w_{k}" for k in range(m)]
-    needed = ["client", *weight_cols, *(c for kind in RETURN_KINDS for c in return_columns(m, kind))]
-    missing = [c for c in needed if c not in table.columns]
-    if missing:
-        raise RunDirError(path, f"malformed final.csv: missing column(s) {missing} ({spec.name} has {m} objectives)")
+
+
+def _check_client_rows(path: Path, table: pd.DataFrame, n_clients: Any) -> None:
+    """:class:`RunDirError` unless ``final.csv`` (``table``) has one row per client: ``n_clients``
+    rows (``config.yaml``'s, when it is an integer) with client ids ``0..n-1``, each once."""
     if isinstance(n_clients, int) and len(table) != n_clients:
         raise RunDirError(
             path, f"malformed final.csv: {len(table)} client rows but config.yaml has n_clients={n_clients}"
         )
     if sorted(table["client"].tolist()) != list(range(len(table))):
         raise RunDirError(path, "malformed final.csv: client ids are not 0..n-1, each once")
+
+
+def _read_final(
+    path: Path, spec: EnvSpec, n_clients: Any
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+    table = _read_final_table(path)
+    m = spec.n_objectives
+    weight_cols = [f"w_{k}" for k in range(m)]
+    needed = ["client", *weight_cols, *(c for kind in RETURN_KINDS for c in return_columns(m, kind))]
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise RunDirError(path, f"malformed final.csv: missing column(s) {missing} ({spec.name} has {m} objectives)")
+    _check_client_rows(path, table, n_clients)
     table = table.sort_values("client")
     try:
         values = table[needed[1:]].to_numpy(dtype=float)
@@ -289,22 +306,11 @@ def read_logs(path: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
 
 
 def _read_vision_final(path: Path, n_clients: Any) -> pd.DataFrame:
-    file = path / "final.csv"
-    if not file.is_file():
-        raise RunDirError(path, "malformed: metrics.json present but no final.csv")
-    try:
-        table = pd.read_csv(file)
-    except (OSError, ValueError) as exc:
-        raise RunDirError(path, f"malformed final.csv: {exc}") from None
+    table = _read_final_table(path)
     missing = [c for c in ("client", *ACCURACIES) if c not in table.columns]
     if missing:
         raise RunDirError(path, f"malformed final.csv: missing column(s) {missing} of a vision run")
-    if isinstance(n_clients, int) and len(table) != n_clients:
-        raise RunDirError(
-            path, f"malformed final.csv: {len(table)} client rows but config.yaml has n_clients={n_clients}"
-        )
-    if sorted(table["client"].tolist()) != list(range(len(table))):
-        raise RunDirError(path, "malformed final.csv: client ids are not 0..n-1, each once")
+    _check_client_rows(path, table, n_clients)
     try:
         acc = table[list(ACCURACIES)].to_numpy(dtype=float)
     except (TypeError, ValueError) as exc:
@@ -315,11 +321,7 @@ def _read_vision_final(path: Path, n_clients: Any) -> pd.DataFrame:
 
 
 def _load_vision_run(path: Path, info: dict[str, Any]) -> VisionRun:
-    file = path / "config.yaml"
-    try:
-        config = OmegaConf.to_container(OmegaConf.load(file), resolve=True)
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        raise RunDirError(path, f"malformed config.yaml: {exc}") from None
+    config = _load_config(path)
     if not isinstance(config, dict) or not isinstance(config.get("data"), dict):
         raise RunDirError(path, "malformed config.yaml: a vision run needs a data section")
     if config["data"].get("name") != info["data"]:

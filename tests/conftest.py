@@ -1,18 +1,46 @@
-"""Shared test fixtures."""
+"""Shared test fixtures, and helpers the test modules import (``from conftest import ...``)."""
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from morlfed import envs
+from morlfed.envs import factory as envs_factory
+
+if TYPE_CHECKING:
+    from morlfed.protocol import FitTask
+    from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 
 ROOT = Path(__file__).resolve().parents[1]
 
 CliRunner = Callable[..., subprocess.CompletedProcess]
+#: A test module's vectorised engine with its spec bound: ``build(cids, seed)``, both optional.
+EngineBuilder = Callable[..., "VectorisedClients"]
+
+#: The environments the envs package ships, by canonical name.
+CANONICAL_ENVS = [
+    "deep-sea-treasure",
+    "minecart",
+    "mo-lunar-lander",
+    "mo-lunar-lander-continuous",
+    "mo-halfcheetah",
+]
+HAS_MUJOCO = importlib.util.find_spec("mujoco") is not None
+NO_MUJOCO_REASON = "mujoco is not installed (pip install -e .[mujoco])"
 
 
 @pytest.fixture(scope="session")
@@ -32,6 +60,88 @@ def morlfed_cli() -> CliRunner:
         )
 
     return run
+
+
+def skip_if_unavailable(name: str) -> None:
+    """Skip the test when the environment ``name`` needs MuJoCo and it is not installed.
+
+    :param name: a canonical environment name
+    """
+    if "mujoco" in envs_factory._entry_point(envs.get_spec(name).gym_id) and not HAS_MUJOCO:
+        pytest.skip(NO_MUJOCO_REASON)
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The run config ``python -m morlfed.run OVERRIDES`` composes (hydra's own node included),
+    also set as the current hydra config.
+
+    :param overrides: hydra overrides (``key=value``, ``+experiment=NAME``)
+    """
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "morlfed" / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+def assert_same_results_whatever_the_batch(
+    build: EngineBuilder, work: dict[int, FitTask], alone: Sequence[int], seed: int
+) -> None:
+    """A vectorised engine's fit of ``work`` is deterministic, changes with the seed, and gives a
+    client trained alone what it gets in the whole batch (params and metrics).
+
+    :param build: the engine: ``build()`` of every client at ``seed``, ``build([cid])`` of one,
+        ``build(seed=...)`` at another seed
+    :param work: a task per client of ``build()``
+    :param alone: the clients also trained alone
+    :param seed: the seed ``build()`` uses (the other seed is ``seed + 1``)
+    """
+    together = build().fit_many(work)
+    again = build().fit_many(work)
+    alone_results = {cid: build([cid]).fit_many({cid: work[cid]})[cid] for cid in alone}
+    other_seed = build(seed=seed + 1).fit_many(work)
+    for cid in work:
+        assert torch.equal(together[cid].params, again[cid].params)
+        assert together[cid].metrics == again[cid].metrics
+        assert not torch.equal(together[cid].params, other_seed[cid].params)
+    for cid, result in alone_results.items():
+        assert torch.equal(together[cid].params, result.params)
+        assert together[cid].metrics == result.metrics
+
+
+def saved_states(engine: VectorisedClients) -> dict[int, dict[str, Any]]:
+    """Every client's :meth:`~VectorisedClients.get_state`, written by ``torch.save`` and read back.
+
+    :param engine: the engine whose clients' states are saved
+    """
+    states = {}
+    for cid in engine.cids:
+        buffer = io.BytesIO()
+        torch.save(engine.get_state(cid), buffer)
+        states[cid] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    return states
+
+
+def assert_restored_engine_fits_alike(
+    first: VectorisedClients, states: dict[int, dict[str, Any]], build: EngineBuilder, work: dict[int, FitTask]
+) -> VectorisedClients:
+    """``first`` fits ``work``; a new engine given ``states`` (:func:`saved_states` of ``first``)
+    fits it to the same params and metrics. Returns the new engine.
+
+    :param first: the engine the states were saved from
+    :param states: its clients' saved states
+    :param build: builds the new engine (``build()``, as ``first`` was built)
+    :param work: a task per client
+    """
+    expected = first.fit_many(work)
+    restored = build()
+    for cid, state in states.items():
+        restored.set_state(cid, state)
+    got = restored.fit_many(work)
+    for cid in work:
+        assert torch.equal(got[cid].params, expected[cid].params)
+        assert got[cid].metrics == expected[cid].metrics
+    return restored
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,41 +3,21 @@ and global-RNG isolation. Specs, aliases and fronts: ``tests/test_envs.py``."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import gymnasium as gym
 import numpy as np
 import pytest
+from conftest import CANONICAL_ENVS, skip_if_unavailable
 
 from morlfed import envs
 from morlfed.envs import factory as envs_factory
-
-CANONICAL = [
-    "deep-sea-treasure",
-    "minecart",
-    "mo-lunar-lander",
-    "mo-lunar-lander-continuous",
-    "mo-halfcheetah",
-]
-HAS_MUJOCO = importlib.util.find_spec("mujoco") is not None
-NO_MUJOCO_REASON = "mujoco is not installed (pip install -e .[mujoco])"
-
-
-def _needs_mujoco(name: str) -> bool:
-    return "mujoco" in envs_factory._entry_point(envs.get_spec(name).gym_id)
-
-
-def _skip_if_unavailable(name: str) -> None:
-    if _needs_mujoco(name) and not HAS_MUJOCO:
-        pytest.skip(NO_MUJOCO_REASON)
 
 
 # ------------------------------------------------------------------------------------------
 # factories
 # ------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", CANONICAL)
+@pytest.mark.parametrize("name", CANONICAL_ENVS)
 def test_env_builds_and_steps(name: str) -> None:
-    _skip_if_unavailable(name)
+    skip_if_unavailable(name)
     spec = envs.get_spec(name)
     m = spec.n_objectives
     weights = np.full(m, 1.0 / m)
@@ -147,7 +127,7 @@ def _rollout(env, seed: int, n: int = 40) -> tuple[list[np.ndarray], list[np.nda
     "name", ["deep-sea-treasure", "minecart", "mo-lunar-lander", "mo-lunar-lander-continuous", "mo-halfcheetah"]
 )
 def test_same_seed_same_episode(name: str) -> None:
-    _skip_if_unavailable(name)
+    skip_if_unavailable(name)
     spec = envs.get_spec(name)
     a_obs, a_rew = _rollout(envs.make_eval_env(spec, seed=11), 11)
     b_obs, b_rew = _rollout(envs.make_eval_env(spec, seed=11), 11)

@@ -5,43 +5,24 @@ Factories and seeding: ``tests/test_env_factory.py``."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 
 import numpy as np
 import pytest
+from conftest import CANONICAL_ENVS
 
 from morlfed import envs
 from morlfed.envs import factory as envs_factory
-
-CANONICAL = [
-    "deep-sea-treasure",
-    "minecart",
-    "mo-lunar-lander",
-    "mo-lunar-lander-continuous",
-    "mo-halfcheetah",
-]
-HAS_MUJOCO = importlib.util.find_spec("mujoco") is not None
-NO_MUJOCO_REASON = "mujoco is not installed (pip install -e .[mujoco])"
-
-
-def _needs_mujoco(name: str) -> bool:
-    return "mujoco" in envs_factory._entry_point(envs.get_spec(name).gym_id)
-
-
-def _skip_if_unavailable(name: str) -> None:
-    if _needs_mujoco(name) and not HAS_MUJOCO:
-        pytest.skip(NO_MUJOCO_REASON)
 
 
 # ------------------------------------------------------------------------------------------
 # specs
 # ------------------------------------------------------------------------------------------
 def test_available_lists_the_canonical_names() -> None:
-    assert envs.available() == sorted(CANONICAL)
+    assert envs.available() == sorted(CANONICAL_ENVS)
 
 
-@pytest.mark.parametrize("name", CANONICAL)
+@pytest.mark.parametrize("name", CANONICAL_ENVS)
 def test_spec_loads_with_typed_fields(name: str) -> None:
     spec = envs.get_spec(name)
     assert spec.name == name
@@ -97,7 +78,7 @@ def test_train_freq_list_becomes_tuple_for_sb3() -> None:
     assert spec.agent_kwargs["train_freq"] == (1, "episode")
 
 
-@pytest.mark.parametrize("name", CANONICAL)
+@pytest.mark.parametrize("name", CANONICAL_ENVS)
 def test_every_yaml_field_has_a_comment(name: str) -> None:
     text = (envs.ENV_CONF_DIR / f"{name}.yaml").read_text()
     for line in text.splitlines():
@@ -131,7 +112,7 @@ def test_unknown_name_lists_valid_names() -> None:
         envs.get_spec("mo-lunar-landr")
     msg = str(err.value)
     assert "mo-lunar-landr" in msg
-    for name in CANONICAL:
+    for name in CANONICAL_ENVS:
         assert name in msg
 
 

@@ -9,20 +9,16 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
+from conftest import compose_config
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from morlfed.analysis.evaluate import main as evaluate
 from morlfed.run import build_plan, group_options
 
-ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = group_options("experiment")
 #: Jobs per experiment at its own sweep (seeds included), and the paper rows it covers.
 EXPECTED_JOBS = {
@@ -36,18 +32,10 @@ EXPECTED_JOBS = {
 }
 
 
-def _compose(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "morlfed" / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    return cfg
-
-
 def sweep_points(experiment: str) -> tuple[list[list[str]], int]:
     """Every combination of the experiment's sweep parameters other than the seed, as override
     lists, and the number of jobs of the whole sweep."""
-    params = _compose([f"+experiment={experiment}"]).hydra.sweeper.params
+    params = compose_config([f"+experiment={experiment}"]).hydra.sweeper.params
     parser = OverridesParser.create()
     axes, jobs = [], 1
     for key, value in params.items():
@@ -67,16 +55,16 @@ def test_experiment_list():
 def test_every_sweep_point_builds_a_valid_run(experiment):
     points, jobs = sweep_points(experiment)
     assert jobs == EXPECTED_JOBS[experiment]
-    assert _compose([f"+experiment={experiment}"]).executor.name == "process"
+    assert compose_config([f"+experiment={experiment}"]).executor.name == "process"
     for point in points:
-        cfg = _compose([f"+experiment={experiment}", "executor=sequential", *point])
+        cfg = compose_config([f"+experiment={experiment}", "executor=sequential", *point])
         plan = build_plan(cfg)  # raises ConfigError on anything the CLI would reject
         assert plan.fed.n_clients == cfg.n_clients
 
 
 @pytest.mark.parametrize("variant", group_options("variant"))
 def test_variant_sets_strategy_switches_and_finetune(variant):
-    cfg = _compose([f"+variant={variant}"])
+    cfg = compose_config([f"+variant={variant}"])
     algo = variant.removesuffix("_ft").removesuffix("_clustering_only").removesuffix("_weighting_only")
     assert cfg.algo._target_.rsplit(".", 1)[1].lower() == algo
     assert cfg.finetune is variant.endswith("_ft")

@@ -14,9 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
+from conftest import compose_config
 from matplotlib.figure import Figure
 
 from morlfed import envs
@@ -27,7 +25,6 @@ from morlfed.run import ConfigError, build_plan
 from morlfed.tasks.rl.client import RLClient
 from morlfed.tracking import Tracker, flat_scalars, round_scalars, tracker_class
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["n_clients=3", "rounds=2", "local_steps=300", "progress=false"]
 
 
@@ -85,21 +82,13 @@ def test_the_sb3_client_reports_its_training_losses_and_exploration_rate(env: st
         assert "exploration_rate" not in stats and stats["critic_loss"] > 0
 
 
-def _compose(overrides: list[str]):
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "morlfed" / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
-    HydraConfig.instance().set_config(cfg)
-    return cfg
-
-
 def test_a_missing_backend_names_its_extra(monkeypatch):
     assert tracker_class("morlfed.tracking.Tracker", "csv") is Tracker
-    assert build_plan(_compose(["logger=tensorboard"])).tracker_options == {"subdir": "tensorboard"}
+    assert build_plan(compose_config(["logger=tensorboard"])).tracker_options == {"subdir": "tensorboard"}
     monkeypatch.delitem(sys.modules, "morlfed.tracking.tensorboard", raising=False)
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # as if tensorboard were not installed
     with pytest.raises(ConfigError, match=r"^logger=tensorboard needs the optional package 'tensorboard' .*") as err:
-        build_plan(_compose(["logger=tensorboard"]))
+        build_plan(compose_config(["logger=tensorboard"]))
     assert "pip install -e '.[tensorboard]'" in str(err.value) and "\n" not in str(err.value)
 
 

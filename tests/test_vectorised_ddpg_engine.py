@@ -5,11 +5,12 @@ determinism and independence of the batch, a trained model in the SB3 client, st
 
 from __future__ import annotations
 
-import io
+import functools
 
 import numpy as np
 import pytest
 import torch
+from conftest import assert_restored_engine_fits_alike, assert_same_results_whatever_the_batch, saved_states
 from gymnasium import spaces
 from stable_baselines3 import DDPG
 
@@ -162,17 +163,7 @@ def test_exploration_is_sb3s_sample_action(spec: envs.EnvSpec) -> None:
 
 def test_same_seed_same_results_whatever_the_batch(spec: envs.EnvSpec, models: torch.Tensor) -> None:
     work = dict(zip(CIDS, tasks(models), strict=True))
-    together = engine(spec).fit_many(work)
-    again = engine(spec).fit_many(work)
-    alone = {cid: engine(spec, [cid]).fit_many({cid: work[cid]})[cid] for cid in (0, 2)}
-    other_seed = engine(spec, seed=1).fit_many(work)
-    for cid in CIDS:
-        assert torch.equal(together[cid].params, again[cid].params)
-        assert together[cid].metrics == again[cid].metrics
-        assert not torch.equal(together[cid].params, other_seed[cid].params)
-    for cid, result in alone.items():
-        assert torch.equal(together[cid].params, result.params)
-        assert together[cid].metrics == result.metrics
+    assert_same_results_whatever_the_batch(functools.partial(engine, spec), work, alone=(0, 2), seed=SEED)
 
 
 def test_a_trained_model_evaluates_identically_in_the_sb3_client(spec: envs.EnvSpec) -> None:
@@ -191,20 +182,9 @@ def test_a_trained_model_evaluates_identically_in_the_sb3_client(spec: envs.EnvS
 def test_state_round_trip_reproduces_the_next_fit(spec: envs.EnvSpec, models: torch.Tensor) -> None:
     first = engine(spec)
     first.fit_many(dict(zip(CIDS, tasks(models)[::-1], strict=True)))
-    states = {}
-    for cid in CIDS:
-        buffer = io.BytesIO()
-        torch.save(first.get_state(cid), buffer)
-        states[cid] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    states = saved_states(first)
     assert set(states[0]["optimiser"]) == {"actor", "critic"} and states[0]["personal"] is not None
     second = dict(zip(CIDS, tasks(models, r=2), strict=True))
-    expected = first.fit_many(second)
-    restored = engine(spec)
-    for cid, state in states.items():
-        restored.set_state(cid, state)
-    got = restored.fit_many(second)
-    for cid in CIDS:
-        assert torch.equal(got[cid].params, expected[cid].params)
-        assert got[cid].metrics == expected[cid].metrics
+    restored = assert_restored_engine_fits_alike(first, states, functools.partial(engine, spec), second)
     assert torch.equal(restored.personal_models[0], first.personal_models[0])
     assert restored.evaluate_client(0, None, 3).scalarised == first.evaluate_client(0, None, 3).scalarised

@@ -5,12 +5,13 @@ trained in, state round trips; the host's fault handling; the factory and an exe
 from __future__ import annotations
 
 import dataclasses
-import io
+import functools
 import pickle
 
 import numpy as np
 import pytest
 import torch
+from conftest import assert_restored_engine_fits_alike, assert_same_results_whatever_the_batch, saved_states
 from stable_baselines3 import DQN
 
 from morlfed import envs
@@ -78,18 +79,8 @@ def test_fit_results_have_the_sb3_clients_shapes_losses_and_metrics(spec: envs.E
 
 
 def test_same_seed_same_results_whatever_the_batch(spec: envs.EnvSpec) -> None:
-    models = two_models(spec)
-    tasks = dict(zip(CIDS, tasks_of_every_kind(models)[1:4], strict=True))
-    together = engine(spec).fit_many(tasks)
-    again = engine(spec).fit_many(tasks)
-    alone = {cid: engine(spec, [cid]).fit_many({cid: tasks[cid]})[cid] for cid in (0, 2)}
-    other_seed = engine(spec, seed=1).fit_many(tasks)
-    for cid in CIDS:
-        assert torch.equal(together[cid].params, again[cid].params)
-        assert together[cid].metrics == again[cid].metrics
-        assert not torch.equal(together[cid].params, other_seed[cid].params)
-    for cid, result in alone.items():
-        assert torch.equal(together[cid].params, result.params)
+    tasks = dict(zip(CIDS, tasks_of_every_kind(two_models(spec))[1:4], strict=True))
+    assert_same_results_whatever_the_batch(functools.partial(engine, spec), tasks, alone=(0, 2), seed=SEED)
 
 
 def test_a_trained_model_evaluates_identically_in_the_sb3_client(spec: envs.EnvSpec) -> None:
@@ -113,20 +104,8 @@ def test_state_round_trip_reproduces_the_next_fit(spec: envs.EnvSpec) -> None:
     models = two_models(spec)
     first = engine(spec)
     first.fit_many(dict(zip(CIDS, tasks_of_every_kind(models)[2:5], strict=True)))
-    states = {}
-    for cid in CIDS:
-        buffer = io.BytesIO()
-        torch.save(first.get_state(cid), buffer)
-        states[cid] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
     second = dict(zip(CIDS, tasks_of_every_kind(models, r=2)[1:4], strict=True))
-    expected = first.fit_many(second)
-    restored = engine(spec)
-    for cid, state in states.items():
-        restored.set_state(cid, state)
-    got = restored.fit_many(second)
-    for cid in CIDS:
-        assert torch.equal(got[cid].params, expected[cid].params)
-        assert got[cid].metrics == expected[cid].metrics
+    restored = assert_restored_engine_fits_alike(first, saved_states(first), functools.partial(engine, spec), second)
     assert torch.equal(restored.personal_models[2], first.personal_models[2])
     assert restored.evaluate_client(2, None, 3).scalarised == first.evaluate_client(2, None, 3).scalarised
 

@@ -23,11 +23,12 @@ from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.client import PERSONAL_SLOT, SingleClient, TrainJob, TrainOutput
-from morlfed.envs import EnvSpec, make_eval_env, make_train_env, reset_env
+from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.proximal import install_proximal
 from morlfed.seeding import derive_seed
+from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
 from morlfed.tasks.rl.fit_report import RLFitReport
 
 AGENTS: dict[str, type[OffPolicyAlgorithm]] = {"dqn": DQN, "ddpg": DDPG}
@@ -240,33 +241,9 @@ class RLClient(RLFitReport, SingleClient):
             # initial model, which is what its personal model would have started from.
             params = self.personal if self.personal is not None else self._initial
         torch.set_num_threads(self.torch_threads)
-        named = self._layout.unflatten(params.float())
-        with torch.no_grad():
-            for prefix, module in _eval_modules(self._eval_policy, self._online).items():
-                for name, p in module.named_parameters():
-                    p.copy_(named[f"{prefix}.{name}"])
-        undiscounted, discounted = [], []
-        for episode in range(self.spec.eval_episodes):
-            obs, _ = reset_env(self.eval_env, derive_seed(seed, "episode", episode))
-            total = np.zeros(len(self.weights))
-            disc = np.zeros(len(self.weights))
-            gamma_t, done = 1.0, False
-            while not done:
-                action, _ = self._eval_policy.predict(obs, deterministic=True)
-                obs, reward, terminated, truncated, _ = self.eval_env.step(action)
-                reward = np.asarray(reward, dtype=np.float64)
-                total += reward
-                disc += gamma_t * reward
-                gamma_t *= self.spec.gamma
-                done = terminated or truncated
-            undiscounted.append(total)
-            discounted.append(disc)
-        ret, dret = np.mean(undiscounted, axis=0), np.mean(discounted, axis=0)
-        return Evaluation(
-            vector_return=ret,
-            discounted_return=dret,
-            scalarised=float(self.weights @ ret),
-            scalarised_discounted=float(self.weights @ dret),
+        load_networks(self._eval_policy, self._online, self._layout.unflatten(params.float()))
+        return evaluate_episodes(
+            self._eval_policy, self.eval_env, self.weights, self.spec.gamma, self.spec.eval_episodes, seed
         )
 
     def get_state(self) -> dict[str, Any]:
@@ -390,10 +367,6 @@ def _layout_of(online: dict[str, torch.nn.Module]) -> ParamLayout:
             shapes[f"{prefix}.{name}"] = tuple(p.shape)
         head += [f"{prefix}.{n}" for n in names[-2:]]  # the last linear layer's weight and bias
     return ParamLayout.from_shapes(shapes, head)
-
-
-def _eval_modules(policy: torch.nn.Module, online: dict[str, torch.nn.Module]) -> dict[str, torch.nn.Module]:
-    return {prefix: getattr(policy, prefix) for prefix in online}
 
 
 @dataclass

@@ -31,10 +31,11 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.client import PERSONAL_SLOT, ClientBase, TrainJob, TrainOutput
-from morlfed.envs import EnvSpec, make_eval_env, make_train_env, reset_env
+from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.seeding import derive_seed
+from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
 from morlfed.tasks.rl.fit_report import RLFitReport
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG, template_ddpg
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN, template_agent
@@ -209,34 +210,9 @@ class VectorisedClients(RLFitReport, ClientBase):
         if params is None:
             params = self.personal_models.get(cid, self._initial)
         torch.set_num_threads(self.torch_threads)
-        named = self.layout.unflatten(params.float())
-        with torch.no_grad():
-            for network in self._networks:
-                for name, p in getattr(self._eval_policy, network).named_parameters():
-                    p.copy_(named[f"{network}.{name}"])
-        env, weights, gamma = self.eval_envs[self.index[cid]], self.weights[cid], self.spec.gamma
-        undiscounted, discounted = [], []
-        for episode in range(self.spec.eval_episodes):
-            obs, _ = reset_env(env, derive_seed(seed, "episode", episode))
-            total, disc = np.zeros(len(weights)), np.zeros(len(weights))
-            gamma_t, done = 1.0, False
-            while not done:
-                action, _ = self._eval_policy.predict(obs, deterministic=True)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                reward = np.asarray(reward, dtype=np.float64)
-                total += reward
-                disc += gamma_t * reward
-                gamma_t *= gamma
-                done = terminated or truncated
-            undiscounted.append(total)
-            discounted.append(disc)
-        ret, dret = np.mean(undiscounted, axis=0), np.mean(discounted, axis=0)
-        return Evaluation(
-            vector_return=ret,
-            discounted_return=dret,
-            scalarised=float(weights @ ret),
-            scalarised_discounted=float(weights @ dret),
-        )
+        load_networks(self._eval_policy, self._networks, self.layout.unflatten(params.float()))
+        env, weights = self.eval_envs[self.index[cid]], self.weights[cid]
+        return evaluate_episodes(self._eval_policy, env, weights, self.spec.gamma, self.spec.eval_episodes, seed)
 
     def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
         """Evaluate models on this object's clients.
