@@ -24,12 +24,13 @@ from .factory import (
     reset_env,
     validate_weights,
 )
-from .spec import AGENTS, CONF_DIR, ENV_CONF_DIR, EnvSpec, aliases, available, get_spec, resolve_name
+from .spec import AGENTS, CONF_DIR, ENV_CONF_DIR, SPEC_ENGINES, EnvSpec, aliases, available, get_spec, resolve_name
 
 __all__ = [
     "AGENTS",
     "CONF_DIR",
     "ENV_CONF_DIR",
+    "SPEC_ENGINES",
     "EnvSpec",
     "GlobalNumpyRNGIsolation",
     "MissingDependencyError",

@@ -25,6 +25,7 @@ __all__ = [
     "AGENTS",
     "CONF_DIR",
     "ENV_CONF_DIR",
+    "SPEC_ENGINES",
     "EnvSpec",
     "aliases",
     "available",
@@ -38,6 +39,8 @@ CONF_DIR: Path = Path(__file__).resolve().parent / "conf"
 ENV_CONF_DIR: Path = CONF_DIR / "env"
 #: The SB3 agents a spec can name.
 AGENTS: tuple[str, ...] = ("dqn", "ddpg")
+#: Engines an env spec can name as its default (``engine=auto``); see morlfed/tasks/rl/task.py.
+SPEC_ENGINES: tuple[str, ...] = ("sb3", "vectorised")
 
 # agent_kwargs keys that morlfed's RL client consumes itself instead of passing them to SB3.
 _NON_SB3_KWARGS = {"ddpg": {"action_noise_std"}, "dqn": set()}
@@ -76,6 +79,9 @@ class EnvSpec:
         n_clients: default number of clients of a run.
         rounds: default number of federated rounds.
         local_steps: default environment steps of local training per round.
+        engine: the engine ``engine=auto`` (the default) trains this env's clients with:
+            ``vectorised`` where its agreement with ``sb3`` has been measured
+            (docs/results/engine-agreement), ``sb3`` elsewhere.
         seeds_global_numpy: the env draws from numpy's *global* RNG internally; the factory
             isolates and seeds that RNG per env (see :mod:`envs.factory`).
         ref_point_undiscounted: the reference point of the undiscounted returns, where their
@@ -100,6 +106,7 @@ class EnvSpec:
     n_clients: int
     rounds: int
     local_steps: int
+    engine: str = "sb3"
     seeds_global_numpy: bool = False
     ref_point_undiscounted: tuple[float, ...] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +123,8 @@ class EnvSpec:
             raise ValueError(f"{where}: gym_id must be a non-empty string, got {self.gym_id!r}")
         if self.agent not in AGENTS:
             raise ValueError(f"{where}: agent must be one of {', '.join(AGENTS)}, got {self.agent!r}")
+        if self.engine not in SPEC_ENGINES:
+            raise ValueError(f"{where}: engine must be one of {', '.join(SPEC_ENGINES)}, got {self.engine!r}")
 
         objectives = tuple(str(o) for o in _as_sequence(self.objectives, "objectives", where))
         if len(objectives) < 2:
@@ -212,8 +221,8 @@ class EnvSpec:
         """Build a spec from a composed hydra/omegaconf node (``cfg.env``) or a plain mapping.
 
         Interpolations are resolved (``agent_kwargs.gamma: ${..gamma}`` follows ``env.gamma``).
-        Every field except ``seeds_global_numpy``, ``ref_point_undiscounted``, ``env_kwargs`` and
-        ``agent_kwargs`` is required;
+        Every field except ``engine``, ``seeds_global_numpy``, ``ref_point_undiscounted``,
+        ``env_kwargs`` and ``agent_kwargs`` is required;
         unknown keys raise ``ValueError`` so that a typo in an override does not pass silently.
         """
         if isinstance(cfg, DictConfig):
@@ -228,7 +237,7 @@ class EnvSpec:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown env spec field(s) {unknown}; valid: {sorted(names)}")
-        optional = {"seeds_global_numpy", "ref_point_undiscounted", "env_kwargs", "agent_kwargs"}
+        optional = {"engine", "seeds_global_numpy", "ref_point_undiscounted", "env_kwargs", "agent_kwargs"}
         missing = sorted(names - optional - set(data))
         if missing:
             label = data.get("name", "<unnamed>")

@@ -141,6 +141,8 @@ def build_plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"executor: {exc}") from exc
     try:
         faults = parse_faults(OmegaConf.to_container(cfg.faults, resolve=True), n, rounds, cfg.executor.name)
+        if faults:
+            task.check_fault_injection()
         Checkpointer(Path("."), cfg.checkpoint_every)  # validates checkpoint_every
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc

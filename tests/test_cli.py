@@ -65,6 +65,7 @@ def test_smoke_run_writes_every_file(smoke: Path):
     )
     metrics = json.loads((smoke / "metrics.json").read_text())
     assert metrics["algo"] == "fedpref" and metrics["env"] == "deep-sea-treasure" and metrics["rounds"] == 2
+    assert metrics["engine"] == "vectorised"  # engine=auto: the engine validated on deep-sea-treasure
     assert metrics["undiscounted"]["mean_scalarised"] == pytest.approx(final["scalarised"].mean())
     assert metrics["discounted"]["igd"] is not None  # DST has a known front
     assert (final["env_steps"] == 600).all()  # the env steps each client took: 2 rounds x 300
@@ -129,6 +130,8 @@ BAD_INPUTS = [
     (["algo.top_r=0"], "top_r must be in (0, 1]"),
     (["eval_every=-1"], "eval_every must be an integer >= 0 (0: only the final evaluation), got -1"),
     (["logger=mlflow"], "unknown logger 'mlflow'; valid: csv, tensorboard, wandb"),
+    (["engine=jax"], "unknown engine 'jax'; valid: auto, sb3, vectorised"),
+    (["faults=[{client:0,round:1,kind:raise}]"], "engine=vectorised trains a worker's clients as one batch"),
     (["algo=cfl"], "algo=cfl: cfl: warmup (5) must be below the number of aggregated rounds (2)"),
     (["algo=cfl", "algo.warmup=1", "finetune=true"], "warmup (1) must be below the number of aggregated rounds (1)"),
 ]

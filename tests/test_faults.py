@@ -52,7 +52,8 @@ def test_failed_fit_is_rolled_back_and_retried_from_the_last_good_state(kind, re
     start = twin.initial_params()
     for round_ in (1, 2, 3):
         task = FitTask(params=start, local_steps=200, round=round_)
-        outcome = guarded_fit(faulty, task, timeout=1.0 if round_ == 2 else None)
+        # only the hang needs the time limit (a loaded machine may take over 1 s for the others' fit)
+        outcome = guarded_fit(faulty, task, timeout=1.0 if round_ == 2 and kind == "hang" else None)
         if round_ == 2:  # the fault trains first, then fails: the twin skips this round altogether
             assert isinstance(outcome, ClientFailure) and outcome.reason.startswith(reason)
             continue
@@ -67,6 +68,7 @@ def run_with_faults(run_dir: Path, *overrides: str) -> list[dict[str, str]]:
         "-m",
         "morlfed.run",
         "algo=fedavg",
+        "engine=sb3",  # faults wrap one client at a time (deep-sea-treasure's engine=auto is vectorised)
         "n_clients=3",
         "rounds=3",
         "local_steps=200",

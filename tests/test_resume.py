@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SPEC = get_spec("deep-sea-treasure")
 FED = FederationConfig(n_clients=3, rounds=4, local_steps=300, seed=3, progress=False)
 PREFS = sample_preferences("equidistant", FED.n_clients, 2, generator(FED.seed, "preferences"))
-CLI_RUN = ["n_clients=3", "rounds=4", "local_steps=300", "seed=3", "progress=false"]  # the same run
+CLI_RUN = ["engine=sb3", "n_clients=3", "rounds=4", "local_steps=300", "seed=3", "progress=false"]  # the same run
 FACTORY = RLClientFactory(SPEC, PREFS, FED.seed, FED.rounds * FED.local_steps)
 
 

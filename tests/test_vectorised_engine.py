@@ -76,6 +76,11 @@ def test_fit_results_have_the_sb3_clients_shapes_losses_and_metrics(spec: envs.E
         want = RLClient(cid, spec, PREFS[cid], seed=SEED, total_steps=TOTAL).fit(task)
         assert_same_result(results[cid], want)
         assert results[cid].is_finite() and results[cid].metrics["episodes"] > 0
+        # the learner's scalars for tracking: the same keys, the same budget-wide epsilon
+        got_stats, want_stats = results[cid].learner_stats, want.learner_stats
+        assert sorted(got_stats) == sorted(want_stats) == ["exploration_rate", "loss"]
+        assert got_stats["exploration_rate"] == pytest.approx(want_stats["exploration_rate"])
+        assert got_stats["loss"] > 0
 
 
 def test_same_seed_same_results_whatever_the_batch(spec: envs.EnvSpec) -> None:

@@ -96,6 +96,12 @@ class Task(ABC):
         """The picklable factory of the run's clients (``factory(cid)``; optionally
         ``factory.make_host(cids, timeout)``, see :mod:`morlfed.executors`)."""
 
+    def check_fault_injection(self) -> None:
+        """Raise ``ValueError`` where injected faults (``faults=``) cannot reach this run's clients.
+
+        Fault injection wraps the clients of per-client hosts; a task whose clients are trained
+        as one batch says so here, before anything is written."""
+
     @abstractmethod
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
         """Write the per-client results, figures and (last) ``metrics.json``; return the metrics."""

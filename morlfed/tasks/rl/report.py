@@ -19,9 +19,17 @@ from morlfed.tasks.base import RunInfo
 
 
 def write_results(
-    run_dir: RunDirectory, spec: EnvSpec, preferences: np.ndarray, outcome: FederationOutcome, run: RunInfo
+    run_dir: RunDirectory,
+    spec: EnvSpec,
+    preferences: np.ndarray,
+    outcome: FederationOutcome,
+    run: RunInfo,
+    engine: str,
 ) -> dict[str, Any]:
-    """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics."""
+    """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.
+
+    :param engine: the engine that trained the clients (recorded in ``metrics.json``)
+    """
     m = len(spec.objectives)
     cids = sorted(outcome.evaluations)
     rows = []
@@ -49,7 +57,7 @@ def write_results(
         title=f"{spec.name} / {run.label} / {run.dist} / seed {run.fed.seed} (discounted returns, gamma {spec.gamma:g})",
     )
     metrics = {
-        **run.fields(env=spec.name),
+        **run.fields(env=spec.name, engine=engine),
         "wall_time_s": round(outcome.seconds, 2),
         **run.branched(),
         "env_steps_per_client": env_steps_summary(outcome.steps_spent),

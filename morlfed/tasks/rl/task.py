@@ -51,8 +51,9 @@ class RLTask(Task):
 
     :param spec: the environment spec (``env=``, with its overrides)
     :param preferences: ``[n, m]`` private weights, one row per client
-    :param engine: how a worker trains its clients: ``sb3`` (one SB3 agent per client) or
-        ``vectorised`` (all of them as one batched computation)
+    :param engine: how a worker trains its clients: ``sb3`` (one SB3 agent per client),
+        ``vectorised`` (all of them as one batched computation) or ``auto`` (the env spec's
+        ``engine``: ``vectorised`` where it is validated against ``sb3``)
     :param device: the torch device of the clients' networks (``cpu`` or ``cuda``)
     """
 
@@ -63,9 +64,13 @@ class RLTask(Task):
     dist_use = "draws preferences with"
 
     def __init__(self, spec: EnvSpec, preferences: np.ndarray, engine: str = "sb3", device: str = "cpu") -> None:
+        if engine == "auto":
+            engine = spec.engine
         if engine not in ENGINES:
-            raise ValueError(f"engine={engine} is not an engine; valid: {', '.join(ENGINES)}")
-        self.spec, self.preferences, self.engine, self.device = spec, preferences, engine, device
+            raise ValueError(f"engine={engine} is not an engine; valid: auto, {', '.join(ENGINES)}")
+        #: the engine that trains the clients (``auto`` resolved)
+        self.engine = engine
+        self.spec, self.preferences, self.device = spec, preferences, device
 
     @classmethod
     def from_config(cls, cfg: DictConfig, n_clients: int, seed: int) -> RLTask:
@@ -86,6 +91,15 @@ class RLTask(Task):
     def describe(self) -> str:
         return self.spec.name
 
+    def check_fault_injection(self) -> None:
+        """Faults are injected into SB3 clients only: the vectorised engine's hosts train a
+        worker's clients as one batch."""
+        if self.engine != "sb3":
+            raise ValueError(
+                f"faults= wraps one client at a time, but engine={self.engine} trains a worker's "
+                f"clients as one batch ({self.spec.name}'s engine=auto picks it): add engine=sb3"
+            )
+
     def write_inputs(self, run_dir: RunDirectory, run: RunInfo) -> None:
         """``preferences.csv``: each client's weights."""
         m = self.preferences.shape[1]
@@ -100,7 +114,7 @@ class RLTask(Task):
         return factory(self.spec, self.preferences, fed.seed, total, torch_threads, self.device)
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
-        return report.write_results(run_dir, self.spec, self.preferences, outcome, run)
+        return report.write_results(run_dir, self.spec, self.preferences, outcome, run, self.engine)
 
     def print_summary(self, outcome: FederationOutcome, metrics: dict[str, Any], path: Path) -> None:
         report.print_summary(self.preferences, outcome, metrics, path)

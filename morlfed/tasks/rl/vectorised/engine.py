@@ -190,7 +190,13 @@ class VectorisedClients(RLFitReport, ClientBase):
         env steps the training took (``steps``: its budget, or more when SB3 finishes a rollout)."""
         returns = self.train_envs[i].get_episode_rewards()[int(self.episodes_seen[i]) :]
         self.episodes_seen[i] += len(returns)
-        return TrainOutput(self.learner.read(i), {"rewards": [float(r) for r in returns], "steps": steps})
+        # the learner's scalars, as the SB3 client reports them: mean losses, DQN's epsilon now
+        learner = self.lockstep.take_losses(i)
+        exploration = self.lockstep.exploration
+        if isinstance(exploration, EpsilonGreedy):
+            c = self.counters
+            learner["exploration_rate"] = float(exploration.epsilon(c.num_timesteps[i : i + 1], c.offset[i : i + 1])[0])
+        return TrainOutput(self.learner.read(i), {"rewards": [float(r) for r in returns], "steps": steps}, learner)
 
     def _use_slot(self, i: int, slot: str) -> None:
         """Put ``slot``'s optimiser state into client ``i``'s optimiser, saving the active one's."""
