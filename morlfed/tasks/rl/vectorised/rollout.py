@@ -131,15 +131,16 @@ class Lockstep:
         self.obs = np.zeros((self.n, replay.obs_dim), dtype=np.float32)
         self._step = replay.transitions()
         #: per loss (``loss``; ``actor_loss``, ``critic_loss``): each client's sum since its last
-        #: :meth:`take_losses`, and the number of gradient steps summed
-        self._loss_sums: dict[str, np.ndarray] = {}
+        #: :meth:`take_losses` (float64, on the learner's device: no synchronisation per gradient
+        #: step), and the number of gradient steps summed
+        self._loss_sums: dict[str, torch.Tensor] = {}
         self._loss_counts = np.zeros(self.n, dtype=np.int64)
 
     def take_losses(self, i: int) -> dict[str, float]:
         """Client ``i``'s mean of each training loss over its gradient steps since the last call
         (none: no key, as SB3 records no loss without a training phase), then forget them."""
         count = int(self._loss_counts[i])
-        means = {key: float(sums[i] / count) for key, sums in self._loss_sums.items()} if count else {}
+        means = {key: float(sums[i]) / count for key, sums in self._loss_sums.items()} if count else {}
         self._loss_counts[i] = 0
         for sums in self._loss_sums.values():
             sums[i] = 0.0
@@ -218,5 +219,6 @@ class Lockstep:
                 losses = self.learner.gradient_step(batch, torch.from_numpy(mask), prox_mu, centre)
                 self._loss_counts += mask
                 for key, value in losses.items():
-                    sums = self._loss_sums.setdefault(key, np.zeros(self.n))
-                    sums[mask] += value.detach().cpu().numpy().astype(np.float64)[mask]
+                    value = value.detach().double()
+                    sums = self._loss_sums.setdefault(key, torch.zeros_like(value))
+                    sums += torch.where(torch.from_numpy(mask).to(value.device), value, 0.0)
