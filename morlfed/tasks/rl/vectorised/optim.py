@@ -64,26 +64,31 @@ class MaskedAdam:
             default: the masked rows of every parameter's ``grad``
         """
         rows = torch.nonzero(mask.cpu()).flatten().tolist()
-        lists: tuple[list[torch.Tensor], ...] = ([], [], [], [], [])
+        # the fused kernel's argument lists, one entry per (parameter, masked client) row
+        params_in: list[torch.Tensor] = []
+        grads_in: list[torch.Tensor] = []
+        exp_avgs_in: list[torch.Tensor] = []
+        exp_avg_sqs_in: list[torch.Tensor] = []
+        steps_in: list[torch.Tensor] = []
         for name, (params, exp_avg, exp_avg_sq, steps) in self._rows.items():
             grad = self.params[name].grad if grads is None else grads.get(name)
             if grad is None or not rows:
                 continue
-            lists[0].extend(params[i] for i in rows)
-            lists[1].extend(grad.unbind(0) if grads is not None else (grad[i] for i in rows))
-            lists[2].extend(exp_avg[i] for i in rows)
-            lists[3].extend(exp_avg_sq[i] for i in rows)
-            lists[4].extend(steps[i] for i in rows)
-        if not lists[0]:
+            params_in.extend(params[i] for i in rows)
+            grads_in.extend(grad.unbind(0) if grads is not None else (grad[i] for i in rows))
+            exp_avgs_in.extend(exp_avg[i] for i in rows)
+            exp_avg_sqs_in.extend(exp_avg_sq[i] for i in rows)
+            steps_in.extend(steps[i] for i in rows)
+        if not params_in:
             return
         beta1, beta2 = self.betas
         adam(
-            lists[0],
-            lists[1],
-            lists[2],
-            lists[3],
-            [],
-            lists[4],
+            params_in,
+            grads_in,
+            exp_avgs_in,
+            exp_avg_sqs_in,
+            [],  # max_exp_avg_sqs: amsgrad only
+            steps_in,
             fused=True,
             amsgrad=False,
             beta1=beta1,
