@@ -216,9 +216,10 @@ class Lockstep:
             for step in range(int(owed.max(initial=0))):
                 mask = owed > step
                 batch = self.replay.sample(minibatches.take(mask))
-                losses = self.learner.gradient_step(batch, torch.from_numpy(mask), prox_mu, centre)
+                stepping = torch.from_numpy(mask)
+                losses = self.learner.gradient_step(batch, stepping, prox_mu, centre)
                 self._loss_counts += mask
                 for key, value in losses.items():
                     value = value.detach().double()
                     sums = self._loss_sums.setdefault(key, torch.zeros_like(value))
-                    sums += torch.where(torch.from_numpy(mask).to(value.device), value, 0.0)
+                    sums += torch.where(stepping.to(value.device), value, 0.0)
