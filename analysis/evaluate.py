@@ -16,7 +16,12 @@ environment. Writes to ``--out``:
   (default 0.05; :mod:`analysis.stats`: Wilcoxon signed-rank from 6 pairs, else the paired t-test),
   the test stated under each table;
 * ``stats.csv``: those tests, one row per distribution, environment, metric and variant (pairs,
-  mean difference, test, p-value, confidence interval, significance, direction).
+  mean difference, test, p-value, confidence interval, significance, direction);
+* with ``--keep-logs``, ``runs/<run name>/``: a copy of each evaluated run's logs
+  (:data:`analysis.runs.LOG_FILES`: config, preferences, per-round ``rounds.csv`` and
+  ``clusters.jsonl``, ``final.csv``, ``metrics.json``, ``run.log``; no checkpoints). The copies
+  are run directories: evaluating them again gives the same metrics, and the per-round claims
+  of a study (clusters, collapses) can be checked from them once the originals are gone.
 
 Vision runs (``task=vision``) are evaluated apart: every accuracy statistic
 (:data:`analysis.campaign.VISION_METRICS`: mean / std / min / max over clients of L-acc, S-acc and G-acc) is
@@ -46,7 +51,7 @@ from morlfed.analysis.campaign import (
     select_runs,
     split_duplicates,
 )
-from morlfed.analysis.runs import TASKS, Run, VisionRun, load_runs
+from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
 from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
 from morlfed.analysis.tables import TABLE_ORDER, comparison_markdown, vision_comparison_markdown
 from morlfed.metrics import METRICS
@@ -77,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--level", type=float, default=LEVEL, help=f"significance level of the paired tests (default: {LEVEL})"
+    )
+    p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="also copy every evaluated run's logs (no checkpoints) into OUT/runs/<run name>/, "
+        "replacing OUT/runs: run directories small enough to commit, which this command re-evaluates",
     )
     return p
 
@@ -127,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         written += [out / "vision_summary.csv", out / "vision_stats.csv"]
     for line in mismatches:
         print(f"{PROG}: warning: {line}", file=sys.stderr)
+    if args.keep_logs:
+        archive_runs([*valid, *vision], out / "runs")
+        written.append(out / "runs")
     atomic_write_text(out / "comparison.md", "\n".join(parts))
     written.append(out / "comparison.md")
     kinds = " and ".join(([f"{len(valid)} runs"] if valid else []) + ([f"{len(vision)} vision runs"] if vision else []))

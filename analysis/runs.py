@@ -18,6 +18,8 @@ import glob
 import json
 import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,17 @@ INFO_KEYS: tuple[str, ...] = ("algo", "label", "env", "dist", "seed", "finetune"
 VISION_INFO_KEYS: tuple[str, ...] = ("task", "algo", "label", "data", "dist", "seed", "finetune")
 #: The tasks a run directory can belong to (``task=`` of ``morlfed.run``).
 TASKS: tuple[str, ...] = ("rl", "vision")
+#: The files of a run directory that :func:`archive_runs` keeps: every log a run writes, none of
+#: its checkpoints, similarity matrices or hydra's own files. A copy is itself a run directory.
+LOG_FILES: tuple[str, ...] = (
+    "config.yaml",
+    "preferences.csv",
+    "rounds.csv",
+    "clusters.jsonl",
+    "final.csv",
+    "metrics.json",
+    "run.log",
+)
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
 
@@ -436,3 +449,40 @@ def load_runs(
     for run, name in zip(runs, _short_names([r.path for r in runs])):
         run.name = name
     return runs, skipped
+
+
+def archive_runs(runs: Sequence[Run | VisionRun], dest: Path) -> int:
+    """Copy the logs (:data:`LOG_FILES`) of each run into ``dest/<run name>/``, replacing ``dest``
+    as a whole: the copy is built beside it and swapped in, so an interrupted call leaves the old
+    ``dest`` (or none), never a half-written one. Returns the number of files copied.
+
+    The copies are run directories that ``analysis.evaluate`` and ``analysis.plot`` read like the
+    originals, small enough to commit next to a study's ``summary.csv`` (no checkpoints).
+
+    :param runs: loaded runs with unique ``name`` s (:func:`load_runs`)
+    :param dest: the archive folder; created, or replaced if it exists
+    """
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names) or not all(names):
+        raise ValueError(f"archive_runs needs unique, non-empty run names, got {names}")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        copied = 0
+        for run in runs:
+            (staging / run.name).mkdir()
+            for file in LOG_FILES:
+                if (run.path / file).is_file():
+                    shutil.copy2(run.path / file, staging / run.name / file)
+                    copied += 1
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+            os.replace(dest, old / dest.name)
+            os.replace(staging, dest)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, dest)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return copied

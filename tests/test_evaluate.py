@@ -237,6 +237,29 @@ def test_cli_writes_summary_and_comparison_and_reports_skipped(campaign_dir, tmp
     assert "c/unfinished`: incomplete" in md
 
 
+def test_kept_logs_are_run_directories_that_evaluate_to_the_same_metrics(campaign_dir, tmp_path, capsys):
+    out = tmp_path / "study"
+    (out / "runs" / "stale").mkdir(parents=True)  # a previous archive is replaced as a whole
+    assert main([str(campaign_dir), "--out", str(out), "--keep-logs"]) == 0
+    kept = sorted(p.name for p in (out / "runs").iterdir())
+    assert kept == ["a-0", "a-1", "b-0", "b-1", "b-ft"]  # not the unfinished run, nor hydra's folder
+    assert sorted(p.name for p in (out / "runs" / "a-0").iterdir()) == [
+        "config.yaml",
+        "final.csv",
+        "metrics.json",
+        "rounds.csv",
+    ]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left behind
+    assert main([str(out / "runs"), "--out", str(tmp_path / "again")]) == 0
+    first, again = pd.read_csv(out / "summary.csv"), pd.read_csv(tmp_path / "again" / "summary.csv")
+    columns = ["label", "seed", *METRICS]
+    pd.testing.assert_frame_equal(
+        first[columns].sort_values(["label", "seed"]).reset_index(drop=True),
+        again[columns].sort_values(["label", "seed"]).reset_index(drop=True),
+    )
+    assert (tmp_path / "again" / "stats.csv").read_text() == (out / "stats.csv").read_text()
+
+
 def test_campaign_front_for_an_env_without_known_front(tmp_path, dst):
     spec = envs.get_spec("mo-halfcheetah")
     assert envs.known_front(spec) is None
