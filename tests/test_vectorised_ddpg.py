@@ -29,10 +29,11 @@ from morlfed.tasks.rl.vectorised.ddpg import (
     StackedDDPG,
     explore_actions,
     scale_action,
-    template_ddpg,
     unscale_action,
 )
+from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.learner import Batch
+from morlfed.tasks.rl.vectorised.template import template_agent
 
 N, B, SEED = 3, 16, 7
 WEIGHTS = np.full(4, 0.25)
@@ -77,11 +78,18 @@ def assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], what: s
         torch.testing.assert_close(a[name], b[name], rtol=1e-5, atol=1e-6, msg=f"{what} {name}")
 
 
+def ddpg_template(spec: envs.EnvSpec, env: gym.Env) -> DDPG:
+    """The vectorised engine's template agent for ``spec``, a DDPG."""
+    agent = template_agent(spec, env, SEED)
+    assert isinstance(agent, DDPG)
+    return agent
+
+
 def distinct_clients(spec: envs.EnvSpec, env: gym.Env, device: str) -> tuple[StackedDDPG, list[DDPG]]:
     """A learner and N SB3 agents whose client i has the same online and target networks (all
     different from each other) and a fresh Adam."""
-    agents = [template_ddpg(spec, env, SEED) for _ in range(N)]
-    learner = StackedDDPG(N, template_ddpg(spec, env, SEED), device)
+    agents = [ddpg_template(spec, env) for _ in range(N)]
+    learner = StackedDDPG(N, ddpg_template(spec, env), device)
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for i, agent in enumerate(agents):
@@ -151,7 +159,7 @@ def test_gradient_steps_equal_sb3_train(
 
 def test_layout_and_initial_vector_are_the_sb3_clients(spec: envs.EnvSpec, env: gym.Env) -> None:
     client = RLClient(0, spec, WEIGHTS, seed=SEED, total_steps=1000)
-    learner = StackedDDPG(N, template_ddpg(spec, env, SEED))
+    learner = StackedDDPG(N, ddpg_template(spec, env))
     assert learner.layout == client.layout
     assert learner.layout.names[0] == "actor.mu.0.weight" and "critic.qf0.0.weight" in learner.layout.names
     assert [layer.shape for layer in learner.layout.layers] == [layer.shape for layer in client.layout.layers]
@@ -162,7 +170,7 @@ def test_layout_and_initial_vector_are_the_sb3_clients(spec: envs.EnvSpec, env: 
 def test_nan_in_one_client_stays_there(spec: envs.EnvSpec, env: gym.Env) -> None:
     runs = []
     for poison in (False, True):
-        learner = StackedDDPG(N, template_ddpg(spec, env, SEED))
+        learner = StackedDDPG(N, ddpg_template(spec, env))
         centre = torch.stack([learner.read(0) - 0.1] * N)
         for step in range(2):
             batch = make_batch(step)
@@ -199,7 +207,7 @@ def test_a_clients_step_does_not_depend_on_its_batch(spec: envs.EnvSpec, env: gy
     else:
         arch = {"policy_kwargs": {"net_arch": [int(h) for h in case.split("-")[1:]]}}
         other = spec.replace(agent_kwargs={**spec.agent_kwargs, **arch})
-        agents = [template_ddpg(other, env, SEED) for _ in range(2)]
+        agents = [ddpg_template(other, env) for _ in range(2)]
         dims = {}
     together, alone = StackedDDPG(N, agents[0]), StackedDDPG(1, agents[1])
     centre = torch.stack([together.read(0) - 0.1] * N)
@@ -222,7 +230,7 @@ def test_a_clients_step_does_not_depend_on_its_batch(spec: envs.EnvSpec, env: gy
 
 
 def test_load_read_act_and_optimiser_state(spec: envs.EnvSpec, env: gym.Env) -> None:
-    agent = template_ddpg(spec, env, SEED)
+    agent = ddpg_template(spec, env)
     learner = StackedDDPG(N, agent)
     vector = learner.read(0) + torch.randn(learner.layout.dim, generator=torch.Generator().manual_seed(3))
     learner.load(2, vector)
@@ -265,3 +273,8 @@ def test_action_helpers_are_sb3s() -> None:
     mine = explore_actions(unscale_action(learner.act(torch.from_numpy(obs)).numpy(), low, high), noise, low, high)
     np.testing.assert_allclose(mine[0], env_action, rtol=1e-6)
     np.testing.assert_allclose(mine[1], buffer_action, rtol=1e-6)
+
+
+def test_a_learner_refuses_another_algorithms_agent(spec: envs.EnvSpec, env: gym.Env) -> None:
+    with pytest.raises(TypeError, match="StackedDQN mirrors an SB3 DQN, got DDPG"):
+        StackedDQN(2, ddpg_template(spec, env))

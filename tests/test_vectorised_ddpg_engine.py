@@ -18,10 +18,11 @@ from morlfed import envs
 from morlfed.protocol import FitResult, FitTask
 from morlfed.seeding import generator
 from morlfed.tasks.rl.client import RLClient
-from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG, scale_action, template_ddpg
+from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG, scale_action
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.explore import ActionNoise
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
+from morlfed.tasks.rl.vectorised.template import template_agent
 
 STEPS, TOTAL, SEED = 80, 800, 0
 PREFS = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])
@@ -135,7 +136,7 @@ def test_exploration_is_sb3s_sample_action(spec: envs.EnvSpec) -> None:
     both clipped to [-1, 1] and stored scaled (the helpers themselves are checked against SB3 in
     tests/test_vectorised_ddpg.py); a client that does not step draws nothing."""
     box = spaces.Box(low=np.array([-2.0, 0.0], dtype=np.float32), high=np.array([3.0, 1.0], dtype=np.float32))
-    agent = template_ddpg(spec, envs.make_train_env(spec, PREFS[0], seed=None), SEED)
+    agent = template_agent(spec, envs.make_train_env(spec, PREFS[0], seed=None), SEED)
     hook = ActionNoise(StackedDDPG(2, agent), learning_starts=5, space=box, std=0.3)
     hook.start(2, np.array([0, 1]), [11, 12])
     obs = torch.randn(2, 8, generator=torch.Generator().manual_seed(0))

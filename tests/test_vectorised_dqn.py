@@ -17,10 +17,12 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from morlfed import envs
 from morlfed.proximal import install_proximal
 from morlfed.tasks.rl.client import RLClient
-from morlfed.tasks.rl.vectorised.dqn import StackedDQN, template_agent
+from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
+from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.learner import Batch
 from morlfed.tasks.rl.vectorised.rollout import flushed_denormals
+from morlfed.tasks.rl.vectorised.template import template_agent
 
 N, B, SEED = 3, 32, 0
 
@@ -210,3 +212,10 @@ def test_unsupported_architectures_are_refused() -> None:
     spec = make_spec(policy_kwargs={"net_arch": [8], "activation_fn": torch.nn.ELU})
     with pytest.raises(ValueError, match="ELU"):
         StackedDQN(2, template_agent(spec, envs.make_train_env(spec, [0.5, 0.5], None), SEED))
+
+
+def test_a_learner_refuses_another_algorithms_agent() -> None:
+    spec = make_spec()
+    dqn = template_agent(spec, envs.make_train_env(spec, [0.5, 0.5], None), SEED)
+    with pytest.raises(TypeError, match="StackedDDPG mirrors an SB3 DDPG, got DQN"):
+        StackedDDPG(2, dqn)

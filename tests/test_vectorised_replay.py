@@ -13,10 +13,11 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.monitor import Monitor
 
 from morlfed import envs
-from morlfed.tasks.rl.vectorised.dqn import StackedDQN, template_agent
+from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.explore import EpsilonGreedy
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
 from morlfed.tasks.rl.vectorised.rollout import Counters, Lockstep, LoopSettings
+from morlfed.tasks.rl.vectorised.template import template_agent
 
 
 @pytest.mark.parametrize("numpy_writes", [True, False], ids=["numpy", "torch"])

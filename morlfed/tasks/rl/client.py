@@ -19,7 +19,7 @@ import torch
 from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.noise import ActionNoise, NormalActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.client import PERSONAL_SLOT, SingleClient, TrainJob, TrainOutput
@@ -32,6 +32,27 @@ from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
 from morlfed.tasks.rl.fit_report import RLFitReport
 
 AGENTS: dict[str, type[OffPolicyAlgorithm]] = {"dqn": DQN, "ddpg": DDPG}
+
+
+def build_agent(
+    spec: EnvSpec, env: Any, seed: int, device: str = "cpu", action_noise: ActionNoise | None = None
+) -> OffPolicyAlgorithm:
+    """The SB3 agent of an env spec: ``AGENTS[spec.agent]("MlpPolicy", env, ...)`` with the spec's
+    hyper-parameters and the init seed derived from the root seed, which is the same for every
+    client, so all clients (and the vectorised engine's stacked copies) start from one shared
+    initial network.
+
+    :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
+    :param env: the agent's training env (its spaces define the networks)
+    :param seed: the run's root seed
+    :param device: torch device of the agent's networks
+    :param action_noise: DDPG's exploration noise (an SB3 argument that does not touch the networks)
+    """
+    kwargs = spec.sb3_kwargs  # a deep copy: SB3 changes policy_kwargs in place
+    if action_noise is not None:
+        kwargs["action_noise"] = action_noise
+    return AGENTS[spec.agent]("MlpPolicy", env, seed=derive_seed(seed, "init"), device=device, **kwargs)
+
 
 #: The SB3 Monitor's episode records, part of a client's state.
 _MONITOR_RECORDS = ("episode_returns", "episode_lengths", "episode_times", "total_steps")
@@ -159,18 +180,15 @@ class RLClient(RLFitReport, SingleClient):
         self.weights = np.asarray(weights, dtype=np.float64)
         self.torch_threads = torch_threads
         torch.set_num_threads(torch_threads)
-        kwargs = spec.sb3_kwargs  # a deep copy: SB3 changes policy_kwargs in place
         noise_std = spec.agent_kwargs.get("action_noise_std")
         self.train_env = make_train_env(spec, self.weights, seed=derive_seed(seed, "train-env", cid))
+        noise = None
         if noise_std is not None:
             action_shape = self.train_env.action_space.shape
             assert action_shape is not None, "action_noise_std needs a continuous (Box) action space"
             n_act = action_shape[0]
-            kwargs["action_noise"] = NormalActionNoise(np.zeros(n_act), noise_std * np.ones(n_act))
-        # The same init seed for every client: all start from one shared initial network.
-        self.agent = AGENTS[spec.agent](
-            "MlpPolicy", self.train_env, seed=derive_seed(seed, "init"), device=device, **kwargs
-        )
+            noise = NormalActionNoise(np.zeros(n_act), noise_std * np.ones(n_act))
+        self.agent = build_agent(spec, self.train_env, seed, device, noise)
         # A logger with no outputs (otherwise SB3 makes a new /tmp/SB3-<time> folder at every learn())
         # that keeps SB3's training losses for FitResult.learner_stats.
         self._training_log = TrainingLog()
@@ -193,7 +211,7 @@ class RLClient(RLFitReport, SingleClient):
             self._online = {"actor": self.agent.actor, "critic": self.agent.critic}
             self._targets = [(self.agent.actor, self.agent.actor_target), (self.agent.critic, self.agent.critic_target)]
             self._optimiser_owners = {"actor": self.agent.actor, "critic": self.agent.critic}
-        self._layout = _layout_of(self._online)
+        self._layout = layout_of(self._online)
         self.eval_env = make_eval_env(spec, seed=derive_seed(seed, "eval-env", cid))
         self._eval_policy = copy.deepcopy(self.agent.policy)
         self._eval_policy.set_training_mode(False)
@@ -359,7 +377,15 @@ class RLClient(RLFitReport, SingleClient):
                 target.load_state_dict(online.state_dict())
 
 
-def _layout_of(online: dict[str, torch.nn.Module]) -> ParamLayout:
+def layout_of(online: dict[str, torch.nn.Module]) -> ParamLayout:
+    """The federated vector's layout of an SB3 agent's online networks: every parameter of each
+    module, named ``<key>.<parameter name>`` in the dict's order, the last linear layer of each
+    (its weight and bias) as the head. The vectorised engine uses it too, so a model trained by
+    one engine loads in the other.
+
+    :param online: the online networks by prefix (DQN: ``{"q_net": ...}``; DDPG: ``{"actor": ...,
+        "critic": ...}``)
+    """
     shapes, head = {}, []
     for prefix, module in online.items():
         names = [n for n, _ in module.named_parameters()]

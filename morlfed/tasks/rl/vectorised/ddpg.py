@@ -3,8 +3,9 @@ computation.
 
 :class:`StackedDDPG` mirrors ``stable_baselines3.DDPG`` (SB3's ``TD3`` with ``policy_delay=1`` and
 no target policy noise). Its networks are the ones SB3 builds from the env spec, read off a real
-SB3 agent (:func:`template_ddpg`, built with the same arguments and init seed as the SB3 client, so
-the architectures and the shared initial parameters are exactly the SB3 client's). The actor's
+SB3 agent (:func:`~morlfed.tasks.rl.vectorised.template.template_agent`, built with the same
+arguments and init seed as the SB3 client, so the architectures and the shared initial parameters
+are exactly the SB3 client's). The actor's
 ``mu`` and each critic's ``qf<k>`` MLP run as
 :class:`~morlfed.tasks.rl.vectorised.mlp.StackedMLP` (one batched matrix product per layer over
 the clients, backward pass written out; SB3's ``FlattenExtractor`` on a 1-d observation is the
@@ -35,37 +36,15 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from stable_baselines3 import DDPG
-from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
-from morlfed.envs import EnvSpec
 from morlfed.params import ParamLayout
-from morlfed.seeding import derive_seed
-from morlfed.tasks.rl.client import _layout_of
-from morlfed.tasks.rl.vectorised.dqn import _isolated_global_rngs
+from morlfed.tasks.rl.client import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, aligned_rows, select_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
-
-
-def template_ddpg(spec: EnvSpec, env: Any, seed: int) -> DDPG:
-    """The SB3 DDPG agent the SB3 client would build (``DDPG("MlpPolicy", env,
-    seed=derive_seed(seed, "init"), device="cpu", **spec.sb3_kwargs)``; ``action_noise_std`` is not
-    an SB3 argument and does not touch the networks), whose actor, critic, initial parameters,
-    optimiser settings and hyper-parameters the vectorised engine copies. SB3 seeds the
-    process-wide RNGs while it builds the agent; their states are restored afterwards.
-
-    :param spec: the environment spec (``agent: ddpg``)
-    :param env: an env with the spec's spaces (only its spaces are read)
-    :param seed: the run's root seed
-    """
-    if spec.agent != "ddpg":
-        raise ValueError(f"StackedDDPG trains DDPG agents; env {spec.name!r} uses {spec.agent}")
-    with _isolated_global_rngs():
-        agent = DDPG("MlpPolicy", env, seed=derive_seed(seed, "init"), device="cpu", **spec.sb3_kwargs)
-    agent.set_logger(Logger(folder=None, output_formats=[]))
-    return agent
 
 
 def scale_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -117,20 +96,23 @@ class StackedDDPG(StackedLearner):
     views ``name -> [N, *shape]`` under the SB3 modules' parameter names.
 
     :param n: number of clients
-    :param agent: the SB3 agent to mirror (:func:`template_ddpg`): its actor's and critic's
+    :param agent: the SB3 DDPG to mirror
+        (:func:`~morlfed.tasks.rl.vectorised.template.template_agent`): its actor's and critic's
         architectures and parameters (every client starts from them), ``gamma``, ``tau`` and the
         optimisers' settings
     :param device: torch device of the stacked parameters and of every update (``"cpu"`` or
         ``"cuda"``)
     """
 
-    def __init__(self, n: int, agent: DDPG, device: str = "cpu") -> None:
+    def __init__(self, n: int, agent: OffPolicyAlgorithm, device: str = "cpu") -> None:
+        if not isinstance(agent, DDPG):
+            raise TypeError(f"StackedDDPG mirrors an SB3 DDPG, got {type(agent).__name__}")
         _check_supported(agent)
         self.n, self.device = n, torch.device(device)
         self.gamma, self.tau = float(agent.gamma), float(agent.tau)
-        self._layout = _layout_of({"actor": agent.actor, "critic": agent.critic})
-        self._actor_layout = _layout_of({"actor": agent.actor})
-        self._critic_layout = _layout_of({"critic": agent.critic})
+        self._layout = layout_of({"actor": agent.actor, "critic": agent.critic})
+        self._actor_layout = layout_of({"actor": agent.actor})
+        self._critic_layout = layout_of({"critic": agent.critic})
         self._split = self._actor_layout.dim
         self._obs_dim = int(agent.observation_space.shape[0])  # type: ignore[index]
         self.actor_mlp = StackedMLP(agent.actor.mu, "actor.mu.", self._actor_layout)

@@ -1,7 +1,8 @@
 """N clients' SB3 DQN Q-networks, stacked along a client dimension and updated as one computation.
 
 :class:`StackedDQN` mirrors ``stable_baselines3.DQN``: its Q-network is the one SB3 builds from the
-env spec (read off a real SB3 agent, :func:`template_agent`, built with the same arguments and
+env spec (read off a real SB3 agent,
+:func:`~morlfed.tasks.rl.vectorised.template.template_agent`, built with the same arguments and
 init seed as the SB3 client, so the architecture and the shared initial parameters are exactly
 the SB3 client's), and one :meth:`StackedDQN.gradient_step` is ``DQN.train(gradient_steps=1)``
 for every masked client: the target ``r + (1 - done) * gamma * max_a Q_target(s', a)``, the
@@ -18,56 +19,21 @@ gradients.
 
 from __future__ import annotations
 
-import contextlib
-import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from gymnasium import spaces
 from stable_baselines3 import DQN
-from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from morlfed.envs import EnvSpec
 from morlfed.params import ParamLayout
-from morlfed.seeding import derive_seed
-from morlfed.tasks.rl.client import _layout_of
+from morlfed.tasks.rl.client import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, aligned_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
-
-
-@contextlib.contextmanager
-def _isolated_global_rngs() -> Iterator[None]:
-    """Run the block, then put Python's, numpy's and torch's global RNG states back."""
-    py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
-
-
-def template_agent(spec: EnvSpec, env: Any, seed: int) -> DQN:
-    """The SB3 DQN agent the SB3 client would build (``DQN("MlpPolicy", env,
-    seed=derive_seed(seed, "init"), device="cpu", **spec.sb3_kwargs)``), whose Q-network, initial
-    parameters, optimiser settings and hyper-parameters the vectorised engine copies. SB3 seeds the
-    process-wide RNGs while it builds the agent; their states are restored afterwards.
-
-    :param spec: the environment spec (``agent: dqn``)
-    :param env: an env with the spec's spaces (only its spaces are read)
-    :param seed: the run's root seed
-    """
-    if spec.agent != "dqn":
-        raise ValueError(f"StackedDQN trains DQN agents; env {spec.name!r} uses {spec.agent}")
-    with _isolated_global_rngs():
-        agent = DQN("MlpPolicy", env, seed=derive_seed(seed, "init"), device="cpu", **spec.sb3_kwargs)
-    agent.set_logger(Logger(folder=None, output_formats=[]))
-    return agent
 
 
 class StackedDQN(StackedLearner):
@@ -78,15 +44,18 @@ class StackedDQN(StackedLearner):
     updates are a handful of whole-tensor operations.
 
     :param n: number of clients
-    :param agent: the SB3 agent to mirror (:func:`template_agent`): its Q-network's architecture
-        and parameters (every client starts from them), ``gamma``, ``tau``, ``max_grad_norm``,
-        ``target_update_interval`` and the policy optimiser's settings
+    :param agent: the SB3 DQN to mirror
+        (:func:`~morlfed.tasks.rl.vectorised.template.template_agent`): its Q-network's
+        architecture and parameters (every client starts from them), ``gamma``, ``tau``,
+        ``max_grad_norm``, ``target_update_interval`` and the policy optimiser's settings
     :param device: torch device of the stacked parameters and of every update
     """
 
     counts_calls = True
 
-    def __init__(self, n: int, agent: DQN, device: str = "cpu") -> None:
+    def __init__(self, n: int, agent: OffPolicyAlgorithm, device: str = "cpu") -> None:
+        if not isinstance(agent, DQN):
+            raise TypeError(f"StackedDQN mirrors an SB3 DQN, got {type(agent).__name__}")
         if agent.n_steps != 1 or agent.n_envs != 1:
             raise ValueError("the vectorised DQN supports n_steps=1 and one env per client")
         if not isinstance(agent.learning_rate, (int, float)):
@@ -104,7 +73,7 @@ class StackedDQN(StackedLearner):
                 "the vectorised DQN supports SB3's default optimiser: Adam without weight decay or amsgrad"
             )
         self.n, self.device = n, torch.device(device)
-        self._layout = _layout_of({"q_net": q_net})
+        self._layout = layout_of({"q_net": q_net})
         self.mlp = StackedMLP(q_net.q_net, "q_net.q_net.", self._layout)
         self.gamma, self.tau, self.max_grad_norm = float(agent.gamma), float(agent.tau), float(agent.max_grad_norm)
         self.target_interval = max(int(agent.target_update_interval) // agent.n_envs, 1)

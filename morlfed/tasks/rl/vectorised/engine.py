@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3 import DQN
+from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.client import PERSONAL_SLOT, ClientBase, TrainJob, TrainOutput
@@ -37,12 +37,13 @@ from morlfed.protocol import Evaluation
 from morlfed.seeding import derive_seed
 from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
 from morlfed.tasks.rl.fit_report import RLFitReport
-from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG, template_ddpg
-from morlfed.tasks.rl.vectorised.dqn import StackedDQN, template_agent
+from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
+from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.explore import ActionNoise, EpsilonGreedy, Exploration
 from morlfed.tasks.rl.vectorised.learner import StackedLearner
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
 from morlfed.tasks.rl.vectorised.rollout import Counters, Lockstep, LoopSettings
+from morlfed.tasks.rl.vectorised.template import template_agent
 
 #: The SB3 Monitor's episode records, part of a client's state (as in the SB3 client).
 MONITOR_RECORDS = ("episode_returns", "episode_lengths", "episode_times", "total_steps")
@@ -60,16 +61,16 @@ def stacked_algorithm(
     :param total_steps: each client's whole budget (DQN's epsilon schedule)
     :param device: torch device of the stacked networks
     """
+    if spec.agent not in ("dqn", "ddpg"):
+        raise ValueError(f"the vectorised engine trains dqn and ddpg agents; env {spec.name} uses {spec.agent}")
     env = make_train_env(spec, np.full(len(spec.objectives), 1 / len(spec.objectives)), seed=None)
-    if spec.agent == "dqn":
-        dqn = template_agent(spec, env, seed)
-        learner: StackedLearner = StackedDQN(n, dqn, device)
-        return dqn, learner, EpsilonGreedy.of(dqn, learner, total_steps)
-    if spec.agent == "ddpg":
-        ddpg = template_ddpg(spec, env, seed)
-        learner = StackedDDPG(n, ddpg, device)
-        return ddpg, learner, ActionNoise.of(ddpg, learner, spec.agent_kwargs.get("action_noise_std"))
-    raise ValueError(f"the vectorised engine trains dqn and ddpg agents; env {spec.name} uses {spec.agent}")
+    agent = template_agent(spec, env, seed)
+    if isinstance(agent, DQN):
+        learner: StackedLearner = StackedDQN(n, agent, device)
+        return agent, learner, EpsilonGreedy.of(agent, learner, total_steps)
+    assert isinstance(agent, DDPG), f"agent {spec.agent!r} built a {type(agent).__name__}"
+    learner = StackedDDPG(n, agent, device)
+    return agent, learner, ActionNoise.of(agent, learner, spec.agent_kwargs.get("action_noise_std"))
 
 
 class VectorisedClients(RLFitReport, ClientBase):
