@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from morlfed.analysis.runs import LOG_FILES
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["n_clients=3", "rounds=2", "local_steps=300", "progress=false"]
 
@@ -25,16 +27,7 @@ def smoke(tmp_path_factory, morlfed_cli) -> Path:
 
 
 def test_smoke_run_writes_every_file(smoke: Path):
-    for name in (
-        "config.yaml",
-        "preferences.csv",
-        "rounds.csv",
-        "clusters.jsonl",
-        "final.csv",
-        "metrics.json",
-        "front.png",
-        "similarity_1.npy",
-    ):
+    for name in (*LOG_FILES, "front.png", "similarity_1.npy"):  # the logs are what evaluate --keep-logs keeps
         assert (smoke / name).is_file() and (smoke / name).stat().st_size > 0, name
     prefs = pd.read_csv(smoke / "preferences.csv")
     np.testing.assert_allclose(prefs[["w_0", "w_1"]].to_numpy(), [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]])
