@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from morlfed.analysis.stats import LEVEL, REFERENCE
+from morlfed.analysis.stats import LEVEL, REFERENCE, check_one_run_per_seed
 from morlfed.analysis.tables import aggregate_over_seeds, budget_table, metric_table, metrics_table
 from morlfed.metrics import METRICS
 
@@ -116,7 +116,12 @@ def read_summaries(base: Path, spec: str) -> pd.DataFrame:
         if missing:
             raise ResultsError(f"csv {name!r}: not an analysis.evaluate summary (no column {', '.join(missing)})")
         frames.append(frame)
-    return pd.concat(frames, ignore_index=True)
+    summary = pd.concat(frames, ignore_index=True)
+    try:
+        check_one_run_per_seed(summary)
+    except ValueError as exc:
+        raise ResultsError(f"csv={spec}: {exc}") from None
+    return summary
 
 
 def _metric(args: dict[str, str]) -> str:
@@ -208,7 +213,8 @@ def ranking(summary: pd.DataFrame, metric: str, focus: str = "fedpref*", decimal
     """
     higher = METRICS[metric].higher_is_better
     stats = aggregate_over_seeds(summary, metric).reset_index()
-    stats = stats[stats["count"] > 0].assign(shown=lambda f: f["mean"].round(decimals))
+    # ranked on the values as the tables print them (f"{x:.2f}" and Series.round differ at ties)
+    stats = stats[stats["count"] > 0].assign(shown=lambda f: [float(f"{m:.{decimals}f}") for m in f["mean"]])
     rows = []
     for (env, dist), part in stats.groupby(["env", "dist"], sort=True):
         best = part["shown"].max() if higher else part["shown"].min()
@@ -268,14 +274,14 @@ def render_ranking(summary: pd.DataFrame, args: dict[str, str], base: Path) -> s
     if claims is not None:
         header += ["paper: first", "agrees"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for row in ranks.itertuples():
-        first = str(row.first)  # ranking() joins the first-ranked labels into one string
-        rank = "—" if row.rank is None else f"{row.rank!s} of {row.variants!s}"
-        cells = [row.env, row.dist, f"{first} ({row.best:.{decimals}f})", row.focus or "—", rank]
+    for row in ranks.to_dict("records"):
+        first = str(row["first"])  # ranking() joins the first-ranked labels into one string
+        # a group without a focus variant has no rank (NaN once pandas has made the column float)
+        rank = "—" if pd.isna(row["rank"]) else f"{int(row['rank'])} of {int(row['variants'])}"
+        cells = [row["env"], row["dist"], f"{first} ({row['best']:.{decimals}f})", row["focus"] or "—", rank]
         if claims is not None:
-            if (row.env, row.dist) in claims.index:
-                # pandas-stubs read a 2-tuple key as (row, column); here it is one row of the (env, dist) MultiIndex
-                claim = claims.loc[(row.env, row.dist)]  # type: ignore[index]
+            if (row["env"], row["dist"]) in claims.index:
+                claim = claims.loc[(row["env"], row["dist"])]  # one row of the (env, dist) MultiIndex
                 agrees = any(fnmatch.fnmatchcase(v, claim["first"]) for v in first.split(" = "))
                 cells += [f"{claim['first']} ({claim['source']})", "yes" if agrees else "**no**"]
             else:

@@ -105,6 +105,25 @@ def paired_test(diffs: np.ndarray, level: float = LEVEL) -> PairedTest:
     return PairedTest(n, mean, "paired t", p, low, high, bool(low > 0 or high < 0))
 
 
+def check_one_run_per_seed(summary: pd.DataFrame, column: str = "env") -> None:
+    """Raise ``ValueError`` if a variant has two runs of one seed in one ``(dist, <column>)``: a
+    seed is one pair in a paired test and one value in a mean, and two runs of it (two summaries
+    joined, the same runs evaluated twice) would count it twice.
+
+    :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
+    :param column: the column the environments (or datasets) are in
+    """
+    keys = ["dist", column, "variant", "seed"]
+    repeated = summary[summary.duplicated(keys, keep=False)]
+    if len(repeated):
+        first = repeated.iloc[0]
+        where = ", ".join(f"{k}={first[k]}" for k in keys)
+        raise ValueError(
+            f"{len(repeated)} runs share a (dist, {column}, variant, seed), e.g. {where}: "
+            "each variant may have one run per seed (evaluate each run once)"
+        )
+
+
 def reference_variant(variants: list[str], reference: str) -> str | None:
     """The one variant label matching the glob ``reference``, else ``None``.
 
@@ -135,6 +154,7 @@ def compare_to_reference(
     :param level: the significance level
     :param column: the column the environments (or datasets) are in
     """
+    check_one_run_per_seed(summary, column)
     values = summary.assign(value=pd.to_numeric(summary[metric], errors="coerce"))
     rows = []
     for (dist, env), part in values.groupby(["dist", column], sort=True):
@@ -145,8 +165,11 @@ def compare_to_reference(
         for variant, runs in part[part["variant"] != ref].groupby("variant", sort=True):
             mine = runs.set_index("seed")["value"].dropna()
             seeds = sorted(set(mine.index) & set(base.index))
-            test = paired_test((mine[seeds] - base[seeds]).to_numpy(), level)
-            better = (test.mean_diff > 0) == info.higher_is_better
+            diffs = (mine[seeds] - base[seeds]).to_numpy()
+            test = paired_test(diffs, level)
+            # the side the test found: the mean's for the t-test, the median's for the rank test
+            shift = float(np.median(diffs)) if test.test == "wilcoxon" else test.mean_diff
+            better = (shift > 0) == info.higher_is_better
             direction = ("better" if better else "worse") if test.significant else ""
             rows.append(
                 {

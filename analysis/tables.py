@@ -19,7 +19,14 @@ import numpy as np
 import pandas as pd
 
 from morlfed.analysis.campaign import VISION_METRICS, Campaign
-from morlfed.analysis.stats import LEVEL, REFERENCE, compare_to_reference, marker_note, reference_variant
+from morlfed.analysis.stats import (
+    LEVEL,
+    REFERENCE,
+    check_one_run_per_seed,
+    compare_to_reference,
+    marker_note,
+    reference_variant,
+)
 from morlfed.metrics import METRICS, MetricInfo
 
 #: Metric order of ``comparison.md`` (the paper's Tables 3-6 first).
@@ -48,6 +55,7 @@ def aggregate_over_seeds(summary: pd.DataFrame, metric: str, column: str = "env"
     :param metric: the column to aggregate
     :param column: the column the environments (or datasets) are in
     """
+    check_one_run_per_seed(summary, column)
     values = pd.to_numeric(summary[metric], errors="coerce")
     frame = summary[["dist", "variant", column]].assign(value=values)
     return frame.groupby(["dist", "variant", column], sort=False)["value"].agg(["mean", "std", "count"])

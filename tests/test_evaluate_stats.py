@@ -79,6 +79,30 @@ def test_compare_to_reference_pairs_by_seed_and_knows_directions():
     assert len(both) == 6 and set(both["level"]) == {0.01}
 
 
+def test_a_rank_test_marks_the_side_of_the_median_not_of_an_outlier_dragged_mean():
+    # 17 small gains and two large losses: the signed-rank test finds the gains (p about 0.02)
+    # while the mean difference is negative; the mark follows the test
+    rows = [
+        {"env": "e", "dist": "d", "variant": v, "seed": s, "hypervolume": 100.0 + (d if v == "up" else 0.0)}
+        for s, d in enumerate([1.0] * 17 + [-1000.0, -1000.0])
+        for v in ("fedpref", "up")
+    ]
+    up = compare_to_reference(pd.DataFrame(rows), "hypervolume", METRICS["hypervolume"]).iloc[0]
+    assert up["test"] == "wilcoxon" and up["p_value"] < 0.05 and up["mean_diff"] < 0
+    assert up["direction"] == "better"
+
+
+def test_two_runs_of_one_seed_are_refused_not_paired_twice():
+    summary = _planted(3)
+    twice = pd.concat([summary, summary[(summary["variant"] == "up") & (summary["seed"] == 0)]])
+    with pytest.raises(
+        ValueError, match=r"2 runs share a \(dist, env, variant, seed\), e.g. dist=d, env=e, variant=up, seed=0"
+    ):
+        compare_to_reference(twice, "hypervolume", METRICS["hypervolume"])
+    with pytest.raises(ValueError, match="each variant may have one run per seed"):
+        metrics_table(twice, "e", "d", ["hypervolume"])
+
+
 def test_tables_mark_significant_cells_and_state_the_test():
     table = metrics_table(_planted(), "e", "d", ["hypervolume", "igd"]).split("\n")
     rows = {line.split(" | ")[0].removeprefix("| "): line for line in table[2:6]}

@@ -144,6 +144,31 @@ def test_ranking_finds_first_and_focus_rank(summary):
     assert igd.loc[("alpha", "dirichlet"), ["first", "rank"]].tolist() == ["fedpref+FT", 3]
 
 
+def test_ranking_without_the_focus_variant_in_one_group_says_so(tmp_path, summary):
+    """A group with no variant matching ``focus`` shows "—"; the other groups keep integer ranks."""
+    no_fedpref = summary[~((summary["env"] == "beta") & summary["variant"].str.startswith("fedpref"))]
+    no_fedpref.to_csv(tmp_path / "runs.csv", index=False)
+    block = "<!-- results:ranking csv=runs.csv metric=mean_scalarised -->\n<!-- /results -->\n"
+    cells = table_cells(regenerate(block, tmp_path), "| environment", key_columns=2)
+    assert cells[("beta", "dirichlet")] == ["local (9.00)", "—", "—"]
+    assert cells[("alpha", "dirichlet")] == ["fedpref+FT (5.00)", "fedpref+FT", "1 of 4"]
+
+
+def test_ranking_ranks_the_values_the_tables_print(summary):
+    """0.015 prints as 0.01 (binary float): the ranking must not see 0.02 and split a tie the table shows."""
+    part = summary[(summary["env"] == "alpha") & (summary["dist"] == "dirichlet")].copy()
+    part["mean_scalarised"] = part["variant"].map({"fedavg": 0.015, "fedpref": 0.01, "fedpref+FT": 0.0, "local": 0.0})
+    ranks = ranking(part, "mean_scalarised").iloc[0]
+    assert f"{0.015:.2f}" == "0.01" and (ranks["first"], ranks["rank"]) == ("fedavg = fedpref", 1)
+
+
+def test_joined_summaries_with_a_run_twice_are_refused(tmp_path, summary):
+    summary.to_csv(tmp_path / "a.csv", index=False)
+    summary[summary["env"] == "beta"].to_csv(tmp_path / "b.csv", index=False)
+    with pytest.raises(ResultsError, match=r"csv=a.csv,b.csv: 16 runs share a \(dist, env, variant, seed\)"):
+        read_summaries(tmp_path, "a.csv,b.csv")
+
+
 def test_ranking_block_compares_with_the_papers_claims(doc):
     assert main([str(doc)]) == 0
     rows = table_cells(doc.read_text(), "| environment | preferences | first (Mean scalarised", key_columns=2)
