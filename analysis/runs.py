@@ -451,10 +451,10 @@ def load_runs(
     return runs, skipped
 
 
-def archive_runs(runs: Sequence[Run | VisionRun], dest: Path) -> int:
+def archive_runs(runs: Sequence[Run | VisionRun], dest: Path) -> None:
     """Copy the logs (:data:`LOG_FILES`) of each run into ``dest/<run name>/``, replacing ``dest``
     as a whole: the copy is built beside it and swapped in, so an interrupted call leaves the old
-    ``dest`` (or none), never a half-written one. Returns the number of files copied.
+    ``dest`` (or none), never a half-written one.
 
     The copies are run directories that ``analysis.evaluate`` and ``analysis.plot`` read like the
     originals, small enough to commit next to a study's ``summary.csv`` (no checkpoints).
@@ -468,13 +468,11 @@ def archive_runs(runs: Sequence[Run | VisionRun], dest: Path) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        copied = 0
         for run in runs:
             (staging / run.name).mkdir()
             for file in LOG_FILES:
                 if (run.path / file).is_file():
                     shutil.copy2(run.path / file, staging / run.name / file)
-                    copied += 1
         if dest.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
             os.replace(dest, old / dest.name)
@@ -485,4 +483,3 @@ def archive_runs(runs: Sequence[Run | VisionRun], dest: Path) -> int:
     finally:
         if staging.exists():
             shutil.rmtree(staging)
-    return copied

@@ -5,8 +5,7 @@ computation.
 no target policy noise). Its networks are the ones SB3 builds from the env spec, read off a real
 SB3 agent (:func:`~morlfed.tasks.rl.vectorised.template.template_agent`, built with the same
 arguments and init seed as the SB3 client, so the architectures and the shared initial parameters
-are exactly the SB3 client's). The actor's
-``mu`` and each critic's ``qf<k>`` MLP run as
+are exactly the SB3 client's). The actor's ``mu`` and each critic's ``qf<k>`` MLP run as
 :class:`~morlfed.tasks.rl.vectorised.mlp.StackedMLP` (one batched matrix product per layer over
 the clients, backward pass written out; SB3's ``FlattenExtractor`` on a 1-d observation is the
 identity and the critic's input is ``cat([obs, action])``). One

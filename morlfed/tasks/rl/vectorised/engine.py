@@ -35,6 +35,7 @@ from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.seeding import derive_seed
+from morlfed.tasks.rl.client import AGENTS
 from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
 from morlfed.tasks.rl.fit_report import RLFitReport
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
@@ -61,8 +62,10 @@ def stacked_algorithm(
     :param total_steps: each client's whole budget (DQN's epsilon schedule)
     :param device: torch device of the stacked networks
     """
-    if spec.agent not in ("dqn", "ddpg"):
-        raise ValueError(f"the vectorised engine trains dqn and ddpg agents; env {spec.name} uses {spec.agent}")
+    if spec.agent not in AGENTS:
+        raise ValueError(
+            f"the vectorised engine trains {' and '.join(AGENTS)} agents; env {spec.name} uses {spec.agent}"
+        )
     env = make_train_env(spec, np.full(len(spec.objectives), 1 / len(spec.objectives)), seed=None)
     agent = template_agent(spec, env, seed)
     if isinstance(agent, DQN):
