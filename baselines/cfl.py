@@ -104,6 +104,8 @@ class CFL(Strategy):
         self.seen = torch.zeros(n_clients, dtype=torch.bool)
         self._last: dict[str, Any] = {}
         self._similarity: dict[tuple[int, ...], torch.Tensor] = {}
+        # over the split tests that only the thresholds could fail (past the warm-up, > 2 members)
+        self.tests = {"count": 0, "smallest_mean_norm": float("inf"), "largest_max_norm": 0.0}
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
         return {cid: FitTask(params=self.cluster_models[self.model_id(cid)].clone()) for cid in participants}
@@ -124,13 +126,12 @@ class CFL(Strategy):
             max_norm = float(updates.norm(dim=1).max())
             sim = cosine_matrix(updates)
             self._similarity[tuple(present)] = sim
-            split = (
-                round > self.warmup
-                and len(members) > 2
-                and len(present) >= 2
-                and mean_norm < self.eps1
-                and max_norm > self.eps2
-            )
+            testable = round > self.warmup and len(members) > 2 and len(present) >= 2
+            split = testable and mean_norm < self.eps1 and max_norm > self.eps2
+            if testable:
+                self.tests["count"] += 1
+                self.tests["smallest_mean_norm"] = min(self.tests["smallest_mean_norm"], mean_norm)
+                self.tests["largest_max_norm"] = max(self.tests["largest_max_norm"], max_norm)
             checks.append(
                 {
                     "members": members,
@@ -183,6 +184,24 @@ class CFL(Strategy):
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
         return self._similarity
 
+    def inert_warning(self) -> str | None:
+        """CFL that never split ran as FedAvg: say which threshold held it back."""
+        if len(self.clusters) > 1:
+            return None
+        t = self.tests
+        if t["count"] == 0:
+            return (
+                "cfl: no cluster split, so CFL ran as FedAvg: no round past the warm-up "
+                f"(algo.warmup={self.warmup}) had a cluster of more than 2 clients with 2 or more participants"
+            )
+        return (
+            f"cfl: no cluster split in {t['count']} split tests past the warm-up, so CFL ran as FedAvg. A split "
+            f"needs a mean update norm below eps1={self.eps1:g} (smallest seen: {t['smallest_mean_norm']:.3g}) "
+            f"and, in the same round, a client update norm above eps2={self.eps2:g} (largest seen: "
+            f"{t['largest_max_norm']:.3g}); the thresholds scale with this environment's updates: set "
+            "algo.eps1/algo.eps2 from the norms in clusters.jsonl (docs/algorithms.md#cfl)"
+        )
+
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
@@ -190,6 +209,7 @@ class CFL(Strategy):
             "cluster_models": [m.clone() for m in self.cluster_models],
             "last_updates": self.last_updates.clone(),
             "seen": self.seen.clone(),
+            "tests": dict(self.tests),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -198,3 +218,4 @@ class CFL(Strategy):
         self.cluster_models = [m.clone() for m in state["cluster_models"]]
         self.last_updates = state["last_updates"].clone()
         self.seen = state["seen"].clone()
+        self.tests = dict(state["tests"])

@@ -120,6 +120,16 @@ class IFCA(Strategy):
     def model_id(self, cid: int) -> int:
         return max(int(self.choices[cid]), 0)
 
+    def inert_warning(self) -> str | None:
+        """IFCA whose clients all end on one of its K models deploys one model, as FedAvg does."""
+        deployed = self.choices.clamp_min(0).unique()  # model_id of every client
+        if self.n_models < 2 or len(deployed) != 1:
+            return None
+        return (
+            f"ifca: every client ends on model {int(deployed[0])} of its {self.n_models}, so IFCA deploys one "
+            "model for all clients, as FedAvg does"
+        )
+
     def diagnostics(self) -> dict[str, Any]:
         """``clusters``: per model, the clients deploying it (:meth:`model_id`); ``chosen``: per
         model, this round's choosers; ``losses``: each participant's reported losses of the K models."""

@@ -216,6 +216,8 @@ class Federation:
                         bar.close()
                         raise RunInterrupted(rnd, path)
         bar.close()
+        if (inert := self.strategy.inert_warning()) is not None:
+            log.warning(inert)
         evaluations = self.executor.evaluate(self._deployed(finetuned), self._eval_seeds())
         if self._eval_due(cfg.rounds):
             final = mean_scalarised(evaluations)

@@ -91,6 +91,12 @@ class Strategy(ABC):
         """The similarity blocks computed in the last round, keyed by the clients they cover."""
         return {}
 
+    def inert_warning(self) -> str | None:
+        """After the last round: a sentence saying how the run left the method inert (e.g. a
+        clustering that never split, so the method ran as FedAvg), or ``None``. The federation
+        logs it as a warning; :meth:`validate` catches what can be known before training."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the strategy (tensors, lists, RNG state)."""
         return {"rng": self.rng.bit_generator.state}

@@ -141,6 +141,39 @@ def test_no_split_while_the_mean_update_is_large():
     assert strategy.clusters == [[0, 1, 2, 3, 4, 5]] and strategy.diagnostics()["splits"] == []
 
 
+def test_a_run_that_never_split_warns_with_the_norms_that_held_it_back():
+    centre = _orthogonal_centres(1, 3.0, seed=3)[0]
+    targets = torch.stack([centre] * 3 + [-centre] * 3)  # incongruent groups, but eps1 = 0 never lets them split
+    strategy = _setup(CFL(eps1=0.0, eps2=1.6, warmup=1), 6)
+    rng = np.random.default_rng(4)
+    means, maxes = [], []
+    for rnd in range(1, 4):
+        _train(strategy, rnd, targets, rng)
+        check = strategy.diagnostics()["checks"][0]
+        if rnd > 1:  # the warm-up round is not a split test
+            means.append(check["mean_norm"])
+            maxes.append(check["max_norm"])
+    warning = strategy.inert_warning()
+    assert warning is not None and "ran as FedAvg" in warning and "2 split tests" in warning
+    assert f"smallest seen: {min(means):.3g}" in warning and f"largest seen: {max(maxes):.3g}" in warning
+    tests = copy.deepcopy(strategy.state_dict())["tests"]  # the statistics survive a resume
+    resumed = _setup(CFL(eps1=0.0, eps2=1.6, warmup=1), 6)
+    resumed.load_state_dict(strategy.state_dict())
+    assert resumed.tests == tests and resumed.inert_warning() == warning
+
+
+def test_a_run_inside_its_warmup_warns_that_no_split_test_ran_and_a_split_run_does_not_warn():
+    centre = _orthogonal_centres(1, 3.0, seed=1)[0]
+    targets = torch.stack([centre] * 3 + [-centre] * 3)
+    strategy = _setup(CFL(warmup=4), 6)
+    rng = np.random.default_rng(2)
+    for rnd in range(1, 5):
+        _train(strategy, rnd, targets, rng)
+    assert "no round past the warm-up (algo.warmup=4)" in (strategy.inert_warning() or "")
+    _train(strategy, 5, targets, rng)  # splits (test_no_split_before_warmup_then_split_along_planted_opposite_groups)
+    assert len(strategy.clusters) == 2 and strategy.inert_warning() is None
+
+
 def test_no_split_when_every_update_is_small():
     centre = _orthogonal_centres(1, 0.5, seed=5)[0]
     targets = torch.stack([centre] * 3 + [-centre] * 3)  # incongruent, but max norm 0.5 < eps2

@@ -141,6 +141,19 @@ def test_clients_pick_the_lowest_loss_model_and_planted_groups_specialise():
         torch.testing.assert_close(strategy.models[k], optimum, atol=0.01, rtol=0)
 
 
+def test_warns_when_every_client_ends_on_one_model():
+    strategy = _setup(IFCA(n_models=3), 4)
+    assert strategy.inert_warning() == (
+        "ifca: every client ends on model 0 of its 3, so IFCA deploys one model for all clients, as FedAvg does"
+    )  # nobody has chosen yet: everyone deploys model 0
+    trained = torch.tensor(np.random.default_rng(1).normal(size=(4, D)), dtype=torch.float32)
+    strategy.aggregate(1, {c: FitResult(params=trained[c], num_samples=1, model_index=2) for c in range(4)})
+    assert "ends on model 2 of its 3" in (strategy.inert_warning() or "")
+    strategy.aggregate(2, {0: FitResult(params=trained[0], num_samples=1, model_index=1)})
+    assert strategy.inert_warning() is None  # client 0 now deploys model 1, the others model 2
+    assert _setup(IFCA(n_models=1), 4).inert_warning() is None  # K = 1 is FedAvg by choice
+
+
 def test_results_without_a_valid_model_index_are_rejected():
     strategy = _setup(IFCA(n_models=2), 3)
     with pytest.raises(ValueError, match="client 1 returned model_index=None"):

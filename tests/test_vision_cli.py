@@ -76,6 +76,19 @@ def test_every_strategy_writes_a_complete_vision_run(sweep, algo):
     assert "name: vision" in (path / "config.yaml").read_text()
 
 
+@pytest.mark.parametrize(
+    ("algo", "warning", "inert"),
+    [("cfl", "cfl: no cluster split", True), ("ifca", "ifca: every client ends on", False)],
+)
+def test_a_run_that_left_its_strategy_inert_says_so_in_its_log(sweep, algo, warning, inert):
+    """Two rounds are too few for CFL to split (one cluster in ``clusters.jsonl``): its log says
+    so. IFCA's clients spread over its models on digits: no warning."""
+    path = run_dir(sweep, algo)
+    last = json.loads((path / "clusters.jsonl").read_text().splitlines()[-1])
+    assert (len([c for c in last["clusters"] if c]) == 1) is inert
+    assert (warning in (path / "run.log").read_text()) is inert
+
+
 def test_analysis_evaluate_tables_vision_runs(sweep, tmp_path):
     assert evaluate_main([str(sweep), "--out", str(tmp_path)]) == 0
     summary = pd.read_csv(tmp_path / "vision_summary.csv")
