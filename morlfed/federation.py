@@ -93,12 +93,15 @@ class FederationOutcome:
     :param steps_spent: each client's local budget spent over the run (RL: env steps), the sum of
         its usable fits' ``FitResult.steps_spent``; ``None`` for a client that did not report it (or
         in a run resumed from a checkpoint that predates the count)
+    :param inert_warning: how the run left its strategy inert (:meth:`Strategy.inert_warning`), or
+        ``None``; logged as a warning and stored in ``metrics.json``
     """
 
     evaluations: dict[int, Evaluation]
     model_ids: dict[int, int]
     seconds: float
     steps_spent: dict[int, int | None] = field(default_factory=dict)
+    inert_warning: str | None = None
 
 
 def participants_for(cfg: FederationConfig, round: int) -> list[int]:
@@ -216,7 +219,8 @@ class Federation:
                         bar.close()
                         raise RunInterrupted(rnd, path)
         bar.close()
-        if (inert := self.strategy.inert_warning()) is not None:
+        inert = self.strategy.inert_warning()
+        if inert is not None:
             log.warning(inert)
         evaluations = self.executor.evaluate(self._deployed(finetuned), self._eval_seeds())
         if self._eval_due(cfg.rounds):
@@ -227,7 +231,8 @@ class Federation:
             if self.tracker is not None:
                 self.tracker.log_round(cfg.rounds, {"eval/mean_scalarised": final})
         model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
-        return FederationOutcome(evaluations, model_ids, time.perf_counter() - started, dict(self._steps_spent))
+        seconds = time.perf_counter() - started
+        return FederationOutcome(evaluations, model_ids, seconds, dict(self._steps_spent), inert)
 
     def _count_steps(self, ok: dict[int, FitResult]) -> None:
         """Add the usable fits' ``steps_spent`` to their clients' totals (unknown stays unknown)."""

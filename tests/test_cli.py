@@ -63,6 +63,7 @@ def test_smoke_run_writes_every_file(smoke: Path):
     assert metrics["discounted"]["igd"] is not None  # DST has a known front
     assert (final["env_steps"] == 600).all()  # the env steps each client took: 2 rounds x 300
     assert metrics["env_steps_per_client"] == {"mean": 600.0, "min": 600, "max": 600}
+    assert metrics["inert_warning"] is None  # FedPref has no inert outcome to report
     assert (smoke / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sim = np.load(smoke / "similarity_1.npy")
     assert sim.shape == (3, 3) and np.allclose(np.diag(sim), 1, atol=1e-5)

@@ -87,6 +87,8 @@ def test_a_run_that_left_its_strategy_inert_says_so_in_its_log(sweep, algo, warn
     last = json.loads((path / "clusters.jsonl").read_text().splitlines()[-1])
     assert (len([c for c in last["clusters"] if c]) == 1) is inert
     assert (warning in (path / "run.log").read_text()) is inert
+    stored = json.loads((path / "metrics.json").read_text())["inert_warning"]
+    assert (stored is not None and stored.startswith(warning)) is inert
 
 
 def test_analysis_evaluate_tables_vision_runs(sweep, tmp_path):

@@ -59,6 +59,7 @@ def write_results(
     metrics = {
         **run.fields(env=spec.name, engine=engine),
         "wall_time_s": round(outcome.seconds, 2),
+        "inert_warning": outcome.inert_warning,
         **run.branched(),
         "env_steps_per_client": env_steps_summary(outcome.steps_spent),
         "discounted": compute_metrics(preferences, disc, spec.reference_point("discounted"), front=front),

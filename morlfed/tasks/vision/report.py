@@ -101,7 +101,12 @@ def write_results(
         )
     run_dir.write_csv("final.csv", rows)
     accuracy = accuracy_summary({acc: [row[acc] for row in rows] for acc in ACCURACIES})
-    metrics = {**info, "wall_time_s": round(outcome.seconds, 2), "accuracy": accuracy}
+    metrics = {
+        **info,
+        "wall_time_s": round(outcome.seconds, 2),
+        "inert_warning": outcome.inert_warning,
+        "accuracy": accuracy,
+    }
     run_dir.write_json("metrics.json", metrics)
     return metrics
 
