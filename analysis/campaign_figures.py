@@ -12,7 +12,7 @@ environment, variant, preference distribution and seed (:func:`run_stem`, :func:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -57,6 +57,20 @@ CURVES: dict[str, tuple[str, str]] = {
     "mean_train_reward": ("learning", "mean scalarised training reward"),
     "mean_eval_scalarised": ("evaluation", "mean scalarised return of the deployed models"),
 }
+
+#: Every kind of figure, by file name prefix: per run its front, similarity heatmaps and cluster
+#: evolution; per environment and distribution the fronts of all variants and the learning curves.
+FIGURE_KINDS: tuple[str, ...] = ("front", "similarity", "clusters", "fronts", *(p for p, _ in CURVES.values()))
+
+
+def check_kinds(kinds: Collection[str]) -> None:
+    """Refuse a figure kind that is not one of :data:`FIGURE_KINDS`.
+
+    :param kinds: the kinds asked for
+    """
+    unknown = sorted(set(kinds) - set(FIGURE_KINDS))
+    if unknown:
+        raise ValueError(f"unknown figure kind(s) {', '.join(unknown)}; valid: {', '.join(FIGURE_KINDS)}")
 
 
 def run_stem(run: Run | PartialRun, label: str) -> str:
@@ -110,33 +124,37 @@ def write_figures(
     returns: str = "discounted",
     rounds: Sequence[int] | None = None,
     formats: Sequence[str] = FORMATS,
+    kinds: Collection[str] = FIGURE_KINDS,
 ) -> list[Path]:
-    """Write every figure of ``runs`` into ``out``; return the files written.
+    """Write the figures of ``runs`` into ``out``; return the files written.
 
     :param runs: loaded RL runs
     :param out: the output folder
     :param returns: one of :data:`morlfed.metrics.RETURN_KINDS`
     :param rounds: the similarity heatmaps' rounds (default: :func:`default_rounds` of those saved)
     :param formats: file formats (``png``, ``pdf``, ``svg``)
+    :param kinds: the kinds of figure to write (default: all, :data:`FIGURE_KINDS`)
     """
+    check_kinds(kinds)
     fronts = reference_fronts(runs, returns)
     labels = variant_labels(runs)
     written: list[Path] = []
     for run, label in zip(runs, labels):
         ref = fronts[run.env, returns_gamma(run.spec, returns)]
         stem, title = run_stem(run, label), run_title(run, label)
-        fig = front_figure(
-            run.returns_of(returns),
-            run.weights,
-            ref.points,
-            run.spec.objectives,
-            title=f"{title} ({returns} returns)",
-            front_label=f"{ref.source} front",
-        )
-        written += save_figure(fig, out / f"front_{stem}", formats)
+        if "front" in kinds:
+            fig = front_figure(
+                run.returns_of(returns),
+                run.weights,
+                ref.points,
+                run.spec.objectives,
+                title=f"{title} ({returns} returns)",
+                front_label=f"{ref.source} front",
+            )
+            written += save_figure(fig, out / f"front_{stem}", formats)
         saved = run.similarity_rounds()
         chosen = [r for r in rounds if r in saved] if rounds else default_rounds(saved)
-        if chosen:
+        if chosen and "similarity" in kinds:
             fig = similarity_figure(
                 {r: run.similarity(r) for r in chosen},
                 {r: run.clusters_at(r) for r in chosen},
@@ -145,7 +163,7 @@ def write_figures(
             )
             written += save_figure(fig, out / f"similarity_{stem}", formats)
         history = run.cluster_history()
-        if history:
+        if history and "clusters" in kinds:
             fig = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
             written += save_figure(fig, out / f"clusters_{stem}", formats)
     groups: dict[tuple[str, str], list[int]] = {}
@@ -159,49 +177,57 @@ def write_figures(
         for i in sorted(members, key=lambda i: (runs[i].algo, runs[i].finetune, labels[i], runs[i].seed)):
             sets.setdefault(labels[i], []).append((runs[i].returns_of(returns), runs[i].weights))
             seeds.setdefault(labels[i], []).append(runs[i].seed)
-        fig = fronts_comparison_figure(
-            sets,
-            ref.points,
-            first.spec.objectives,
-            title=f"{env} / {dist} ({returns} returns)",
-            front_label=f"{ref.source} front",
-            seeds=seeds,
-        )
-        written += save_figure(fig, out / f"fronts_{_safe(env)}_{_safe(dist)}", formats)
+        if "fronts" in kinds:
+            fig = fronts_comparison_figure(
+                sets,
+                ref.points,
+                first.spec.objectives,
+                title=f"{env} / {dist} ({returns} returns)",
+                front_label=f"{ref.source} front",
+                seeds=seeds,
+            )
+            written += save_figure(fig, out / f"fronts_{_safe(env)}_{_safe(dist)}", formats)
         for column, (prefix, ylabel) in CURVES.items():
             curves = learning_curves([runs[i] for i in members], [labels[i] for i in members], column)
-            if len(curves):
+            if len(curves) and prefix in kinds:
                 fig = learning_curves_figure(curves, title=f"{env} / {dist}", ylabel=ylabel)
                 written += save_figure(fig, out / f"{prefix}_{_safe(env)}_{_safe(dist)}", formats)
     return written
 
 
-def partial_figures(run: PartialRun) -> dict[str, Figure]:
+def partial_figures(run: PartialRun, kinds: Collection[str] = FIGURE_KINDS) -> dict[str, Figure]:
     """What an unfinished run already shows, by file name: its learning curves (``learning_<run>``,
     and ``evaluation_<run>`` with ``eval_every``) over the rounds configured and its cluster
     evolution (``clusters_<run>``), each titled as a partial run with its rounds done.
 
     :param run: the unfinished run
+    :param kinds: the kinds of figure wanted (:data:`FIGURE_KINDS`; those an unfinished run lacks
+        are skipped)
     """
+    check_kinds(kinds)
     stem, title = run_stem(run, run.label), f"{run_title(run, run.label)}: {run.status}"
     figures: dict[str, Figure] = {}
     for column, (prefix, ylabel) in CURVES.items():
         curves = learning_curves([run], [run.label], column)
-        if len(curves):
+        if len(curves) and prefix in kinds:
             fig = learning_curves_figure(curves, title=title, ylabel=ylabel)
             fig.axes[0].set_xlim(0.5, (run.rounds_total or run.rounds_done) + 0.5)  # the rounds still to come
             figures[f"{prefix}_{stem}"] = fig
     history = run.cluster_history()
-    if history and run.weights is not None:
+    if history and run.weights is not None and "clusters" in kinds:
         figures[f"clusters_{stem}"] = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
     return figures
 
 
-def write_partial_figures(run: PartialRun, out: Path, formats: Sequence[str] = FORMATS) -> list[Path]:
+def write_partial_figures(
+    run: PartialRun, out: Path, formats: Sequence[str] = FORMATS, kinds: Collection[str] = FIGURE_KINDS
+) -> list[Path]:
     """Write :func:`partial_figures` into ``out``; return the files written.
 
     :param run: the unfinished run
     :param out: the output folder
     :param formats: file formats (``png``, ``pdf``, ``svg``)
+    :param kinds: the kinds of figure wanted (:data:`FIGURE_KINDS`)
     """
-    return [path for stem, fig in partial_figures(run).items() for path in save_figure(fig, out / stem, formats)]
+    figures = partial_figures(run, kinds)
+    return [path for stem, fig in figures.items() for path in save_figure(fig, out / stem, formats)]

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 
 from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import select_runs
-from morlfed.analysis.campaign_figures import write_figures, write_partial_figures
+from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures, write_partial_figures
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
 from morlfed.figures import FORMATS
@@ -60,6 +60,15 @@ def _parser() -> argparse.ArgumentParser:
         default=list(FORMATS),
         help="file formats (default: png pdf)",
     )
+    p.add_argument(
+        "--figures",
+        nargs="+",
+        choices=FIGURE_KINDS,
+        default=list(FIGURE_KINDS),
+        metavar="KIND",
+        help="kinds of figure, by file name prefix: per run front, similarity, clusters; per environment "
+        f"and distribution fronts, learning, evaluation (default: all; choices: {' '.join(FIGURE_KINDS)})",
+    )
     return p
 
 
@@ -78,10 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not runs and not partial:
         print(f"{PROG}: error: no valid run directory in {' '.join(args.runs)}", file=sys.stderr)
         return 1
-    written = write_figures(runs, out, args.returns, args.rounds, args.formats) if runs else []
+    written = write_figures(runs, out, args.returns, args.rounds, args.formats, args.figures) if runs else []
     for run in partial:
         print(f"{run.path}: {run.status} (no metrics.json yet): learning curves and clusters only")
-        written += write_partial_figures(run, out, args.formats)
+        written += write_partial_figures(run, out, args.formats, args.figures)
     what = f"{len(runs)} runs" + (f" and {len(partial)} partial runs" if partial else "")
     print(f"wrote {len(written)} files for {what} to {out}")
     return 0

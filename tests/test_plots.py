@@ -216,6 +216,20 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
     assert "no such file or directory" in capsys.readouterr().err
 
 
+def test_plot_writes_only_the_kinds_of_figure_asked_for(fedpref_run, tmp_path, capsys):
+    out = tmp_path / "some"
+    assert main([str(fedpref_run), "--out", str(out), "--formats", "png", "--figures", "learning", "clusters"]) == 0
+    assert "wrote 2 files for 1 runs" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == [
+        "clusters_deep-sea-treasure_fedpref_groups_seed0.png",
+        "learning_deep-sea-treasure_groups.png",
+    ]
+    with pytest.raises(SystemExit) as exit_:  # argparse: one usage line, status 2
+        main([str(fedpref_run), "--out", str(tmp_path / "bad"), "--figures", "heatmap"])
+    assert exit_.value.code == 2 and "invalid choice: 'heatmap'" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, capsys):
     """A stopped run (no metrics.json; rounds.csv and clusters.jsonl hold the rounds done) gets its
     learning curves and cluster evolution, titled and announced as partial."""
@@ -231,6 +245,9 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
     figures = partial_figures(partial)
     stem = "deep-sea-treasure_fedpref_groups_seed0"
     assert sorted(figures) == [f"clusters_{stem}", f"evaluation_{stem}", f"learning_{stem}"]
+    assert sorted(partial_figures(partial, kinds=["learning", "front"])) == [f"learning_{stem}"]
+    with pytest.raises(ValueError, match=r"unknown figure kind\(s\) heatmap; valid: front, similarity"):
+        partial_figures(partial, kinds=["heatmap"])
     curve = figures[f"learning_{stem}"]
     assert curve.axes[0].get_title() == f"deep-sea-treasure / fedpref / groups / seed 0: {partial.status}"
     np.testing.assert_allclose(curve.axes[0].get_lines()[0].get_ydata(), partial.rounds["mean_train_reward"])
