@@ -152,9 +152,9 @@ def write_figures(
                 front_label=f"{ref.source} front",
             )
             written += save_figure(fig, out / f"front_{stem}", formats)
-        saved = run.similarity_rounds()
+        saved = run.similarity_rounds() if "similarity" in kinds else []
         chosen = [r for r in rounds if r in saved] if rounds else default_rounds(saved)
-        if chosen and "similarity" in kinds:
+        if chosen:
             fig = similarity_figure(
                 {r: run.similarity(r) for r in chosen},
                 {r: run.clusters_at(r) for r in chosen},
@@ -162,22 +162,22 @@ def write_figures(
                 title=f"{title}: client similarity",
             )
             written += save_figure(fig, out / f"similarity_{stem}", formats)
-        history = run.cluster_history()
-        if history and "clusters" in kinds:
+        history = run.cluster_history() if "clusters" in kinds else {}
+        if history:
             fig = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
             written += save_figure(fig, out / f"clusters_{stem}", formats)
     groups: dict[tuple[str, str], list[int]] = {}
     for i, run in enumerate(runs):
         groups.setdefault((run.env, run.dist), []).append(i)
     for (env, dist), members in sorted(groups.items()):
-        first = runs[members[0]]
-        ref = fronts[env, returns_gamma(first.spec, returns)]
-        sets: dict[str, list] = {}
-        seeds: dict[str, list[int]] = {}
-        for i in sorted(members, key=lambda i: (runs[i].algo, runs[i].finetune, labels[i], runs[i].seed)):
-            sets.setdefault(labels[i], []).append((runs[i].returns_of(returns), runs[i].weights))
-            seeds.setdefault(labels[i], []).append(runs[i].seed)
         if "fronts" in kinds:
+            first = runs[members[0]]
+            ref = fronts[env, returns_gamma(first.spec, returns)]
+            sets: dict[str, list] = {}
+            seeds: dict[str, list[int]] = {}
+            for i in sorted(members, key=lambda i: (runs[i].algo, runs[i].finetune, labels[i], runs[i].seed)):
+                sets.setdefault(labels[i], []).append((runs[i].returns_of(returns), runs[i].weights))
+                seeds.setdefault(labels[i], []).append(runs[i].seed)
             fig = fronts_comparison_figure(
                 sets,
                 ref.points,
@@ -188,8 +188,10 @@ def write_figures(
             )
             written += save_figure(fig, out / f"fronts_{_safe(env)}_{_safe(dist)}", formats)
         for column, (prefix, ylabel) in CURVES.items():
+            if prefix not in kinds:
+                continue
             curves = learning_curves([runs[i] for i in members], [labels[i] for i in members], column)
-            if len(curves) and prefix in kinds:
+            if len(curves):
                 fig = learning_curves_figure(curves, title=f"{env} / {dist}", ylabel=ylabel)
                 written += save_figure(fig, out / f"{prefix}_{_safe(env)}_{_safe(dist)}", formats)
     return written
@@ -208,13 +210,15 @@ def partial_figures(run: PartialRun, kinds: Collection[str] = FIGURE_KINDS) -> d
     stem, title = run_stem(run, run.label), f"{run_title(run, run.label)}: {run.status}"
     figures: dict[str, Figure] = {}
     for column, (prefix, ylabel) in CURVES.items():
+        if prefix not in kinds:
+            continue
         curves = learning_curves([run], [run.label], column)
-        if len(curves) and prefix in kinds:
+        if len(curves):
             fig = learning_curves_figure(curves, title=title, ylabel=ylabel)
             fig.axes[0].set_xlim(0.5, (run.rounds_total or run.rounds_done) + 0.5)  # the rounds still to come
             figures[f"{prefix}_{stem}"] = fig
-    history = run.cluster_history()
-    if history and run.weights is not None and "clusters" in kinds:
+    history = run.cluster_history() if "clusters" in kinds else {}
+    if history and run.weights is not None:
         figures[f"clusters_{stem}"] = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
     return figures
 

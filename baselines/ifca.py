@@ -118,11 +118,15 @@ class IFCA(Strategy):
         return self.models[self.model_id(cid)].clone()
 
     def model_id(self, cid: int) -> int:
-        return max(int(self.choices[cid]), 0)
+        return int(self._deployed()[cid])
+
+    def _deployed(self) -> torch.Tensor:
+        """``[n]`` the model each client deploys: its last choice, model 0 before it chose."""
+        return self.choices.clamp_min(0)
 
     def inert_warning(self) -> str | None:
         """IFCA whose clients all end on one of its K models deploys one model, as FedAvg does."""
-        deployed = self.choices.clamp_min(0).unique()  # model_id of every client
+        deployed = self._deployed().unique()
         if self.n_models < 2 or len(deployed) != 1:
             return None
         return (
@@ -133,7 +137,7 @@ class IFCA(Strategy):
     def diagnostics(self) -> dict[str, Any]:
         """``clusters``: per model, the clients deploying it (:meth:`model_id`); ``chosen``: per
         model, this round's choosers; ``losses``: each participant's reported losses of the K models."""
-        deployed = self.choices.clamp_min(0)
+        deployed = self._deployed()
         clusters = [torch.nonzero(deployed == k).flatten().tolist() for k in range(self.n_models)]
         return {"clusters": clusters, **self._last}
 
