@@ -63,7 +63,8 @@ IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
 )
 IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.",)
 #: The identity columns an RL and a vision summary share, after the environment or dataset
-#: columns (:func:`_variant_cells`).
+#: columns (:func:`_variant_cells`), ending with the run's ``inert_warning`` (its strategy's
+#: report that it stayed inert, :meth:`morlfed.strategy.Strategy.inert_warning`; empty if none).
 _VARIANT_COLUMNS: tuple[str, ...] = (
     "dist",
     "algo",
@@ -74,6 +75,7 @@ _VARIANT_COLUMNS: tuple[str, ...] = (
     "n_clients",
     "rounds",
     "local_steps",
+    "inert_warning",
 )
 #: Identity columns of ``summary.csv`` (metric columns follow, in ``METRICS`` order).
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -282,6 +284,9 @@ def _variant_cells(run: Run | VisionRun, variant: str, n_clients: int) -> dict[s
         "n_clients": n_clients,
         "rounds": run.config.get("rounds"),
         "local_steps": run.config.get("local_steps"),
+        # the strategy's own report that the run left it inert (metrics.json; None when it did
+        # not, or for a run that predates the check)
+        "inert_warning": run.info.get("inert_warning"),
     }
 
 

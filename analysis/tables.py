@@ -3,6 +3,8 @@ of seeds ``n``, cells mean ± std over seeds, each cell marked when it differs s
 the reference variant (FedPref by default) in a paired test over seeds (:mod:`analysis.stats`):
 ▲ in bold when better, ▼ when worse (higher or lower is better as
 :data:`morlfed.metrics.METRICS` says). A note under every table states the test and its level.
+A row some of whose runs reported their strategy inert (``inert_warning``) has its label marked
+``⚠ k/n`` and ``comparison.md`` lists those runs with their warnings.
 
 * :func:`metric_table`: one metric under one preference distribution, columns environments (or
   datasets for vision runs);
@@ -74,6 +76,52 @@ def _counts(summary: pd.DataFrame, column: str) -> pd.Series:
 def _n_text(counts: Sequence[int]) -> str:
     """ "3", or "2–3" when the cells of a row have different numbers of seeds."""
     return "" if not counts else f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
+
+
+#: The mark of a row label with inert runs, and what it means (the note under the table).
+INERT_MARK = "⚠"
+INERT_NOTE = (
+    f"{INERT_MARK} k/n: k of the row's n runs reported after training that their strategy stayed inert "
+    "(`inert_warning`), so the row measures less than its method."
+)
+
+
+def inert_runs(summary: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``summary`` whose run reported its strategy inert (a non-empty
+    ``inert_warning``; none for a summary without the column, written before runs recorded it).
+
+    :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
+    """
+    if "inert_warning" not in summary:
+        return summary.iloc[:0]
+    text = summary["inert_warning"].fillna("").astype(str).str.strip()
+    return summary[text != ""]
+
+
+def _labels(part: pd.DataFrame, variants: Sequence[str]) -> tuple[dict[str, str], str]:
+    """Each variant's row label (``⚠ k/n`` after it when k of its n runs in ``part`` were inert)
+    and the sentence the note under the table gains (empty when no row is marked)."""
+    inert = inert_runs(part)["variant"].value_counts()
+    runs = part["variant"].value_counts()
+    labels = {v: f"{v} {INERT_MARK} {int(inert[v])}/{int(runs[v])}" if v in inert.index else v for v in variants}
+    return labels, f" {INERT_NOTE}" if len(inert) else ""
+
+
+def inert_section(summary: pd.DataFrame) -> list[str]:
+    """The lines of ``comparison.md`` that list the runs whose strategy reported itself inert,
+    with their warnings (none when no run did).
+
+    :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
+    """
+    inert = inert_runs(summary)
+    if inert.empty:
+        return []
+    lines = ["", f"Runs whose strategy stayed inert ({INERT_MARK} in the tables; still averaged in):", ""]
+    lines += [
+        f"- `{row['name']}` ({row['variant']}, {row['dist']}, seed {row['seed']}): {row['inert_warning']}"
+        for _, row in inert.iterrows()
+    ]
+    return lines
 
 
 def _marks(
@@ -154,15 +202,16 @@ def metric_table(
     counts = _counts(part, column)
     directions, note = _marks(part, [metric], registry, reference, level, column)
     undefined = _undefined(registry[metric])
+    labels, inert_note = _labels(part, _row_order(part))
     lines = ["| algorithm | n | " + " | ".join(envs) + " |", "|---|---|" + "---|" * len(envs)]
-    for variant in _row_order(part):
+    for variant, label in labels.items():
         n = {env: int(counts.get((dist, variant, env), 0)) for env in envs}
         cells = [
             _cell(stats, (dist, variant, env), decimals, n[env], undefined, directions.get((variant, env, metric), ""))
             for env in envs
         ]
-        lines.append(f"| {variant} | {_n_text([c for c in n.values() if c])} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\n{note}"
+        lines.append(f"| {label} | {_n_text([c for c in n.values() if c])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + f"\n\n{note}{inert_note}"
 
 
 def metrics_table(
@@ -199,7 +248,8 @@ def metrics_table(
         "| algorithm | n | " + " | ".join(METRICS[m].title for m in metrics) + " |",
         "|---|---|" + "---|" * len(metrics),
     ]
-    for variant in _row_order(part):
+    labels, inert_note = _labels(part, _row_order(part))
+    for variant, label in labels.items():
         n = int(counts.get((dist, variant, env), 0))
         cells = [
             _cell(
@@ -212,8 +262,8 @@ def metrics_table(
             )
             for m in metrics
         ]
-        lines.append(f"| {variant} | {n} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + f"\n\n{note}"
+        lines.append(f"| {label} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + f"\n\n{note}{inert_note}"
 
 
 def budget_table(summary: pd.DataFrame) -> str:
@@ -256,7 +306,7 @@ def comparison_markdown(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> str:
-    """``comparison.md``: a header (returns, reference fronts, skipped runs), the budget
+    """``comparison.md``: a header (returns, reference fronts, skipped runs, inert runs), the budget
     (:func:`budget_table`), then per preference distribution one table per metric
     (:func:`metric_table`, with the note on its paired tests).
 
@@ -287,6 +337,7 @@ def comparison_markdown(
     if campaign.skipped:
         lines += ["", "Skipped run directories (not averaged in):", ""]
         lines += [f"- `{path}`: {reason}" for path, reason in campaign.skipped]
+    lines += inert_section(summary)
     lines += ["", "## Budget", "", budget_table(summary)]
     for dist in sorted(summary["dist"].unique()):
         lines += ["", f"## Preference distribution: {dist}"]
@@ -312,7 +363,8 @@ def vision_comparison_markdown(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> str:
-    """The vision part of ``comparison.md``: the ``skipped`` run directories, then per partition
+    """The vision part of ``comparison.md``: the ``skipped`` run directories and the inert runs
+    (:func:`inert_section`), then per partition
     one table per accuracy statistic (:func:`metric_table` with rows algorithm variants, columns
     datasets).
 
@@ -333,6 +385,7 @@ def vision_comparison_markdown(
     if skipped:
         lines += ["", "Skipped run directories (not averaged in):", ""]
         lines += [f"- `{path}`: {reason}" for path, reason in skipped]
+    lines += inert_section(summary)
     for dist in sorted(summary["dist"].unique()):
         lines += ["", f"## Partition: {dist}"]
         for metric, info in VISION_METRICS.items():

@@ -1,5 +1,6 @@
 """analysis.stats and the marks of the comparison tables: paired tests against a reference
-variant on planted per-seed values (known answers), and the budget table's env steps per client."""
+variant on planted per-seed values (known answers), the budget table's env steps per client, and
+the mark of rows whose runs reported their strategy inert."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from scipy import stats
 
 from morlfed.analysis.stats import campaign_stats, compare_to_reference, paired_test
-from morlfed.analysis.tables import budget_table, metrics_table
+from morlfed.analysis.tables import INERT_NOTE, budget_table, inert_section, metric_table, metrics_table
 from morlfed.metrics import METRICS
 
 
@@ -134,3 +135,23 @@ def test_budget_table_shows_the_env_steps_of_each_group():
     assert lines[2] == "| e | d | fedavg | 10 | 20 | 2000 | 40000 | 400000 | 2 | 90 (min 60, max 120) | 3 |"
     assert lines[3] == "| e | d | fedfew | 10 | 20 | 2000 | 120000 | 1200000 | 1 | 300 (min 300, max 300) | 5 |"
     assert lines[4].startswith("| e | d | old | 10 | 20 | 2000 | not recorded | — | 1 |")
+
+
+def test_rows_with_inert_runs_are_marked_and_the_runs_listed():
+    summary = _planted(3).assign(name=lambda f: f["variant"] + "_s" + f["seed"].astype(str), inert_warning=None)
+    down = (summary["variant"] == "down") & (summary["seed"] < 2)
+    summary.loc[down, "inert_warning"] = "down: never split"
+    summary.loc[summary["variant"] == "up", "inert_warning"] = ""  # empty text (a CSV's blank cell): not inert
+    for table in (metrics_table(summary, "e", "d", ["hypervolume"]), metric_table(summary, "d", "hypervolume")):
+        lines = table.split("\n")
+        labels = [line.split(" | ")[0].removeprefix("| ") for line in lines[2:6]]
+        assert labels == ["down ⚠ 2/3", "fedpref", "noise", "up"]
+        assert lines[-1].endswith(INERT_NOTE)
+    listed = inert_section(summary)
+    assert [line for line in listed if line.startswith("- ")] == [
+        f"- `down_s{s}` (down, d, seed {s}): down: never split" for s in (0, 1)
+    ]
+    # a summary written before runs recorded the warning, or one without inert runs: no mark, no note
+    for plain in (summary.drop(columns="inert_warning"), summary.assign(inert_warning=None)):
+        table = metrics_table(plain, "e", "d", ["hypervolume"])
+        assert "⚠" not in table and INERT_NOTE not in table and inert_section(plain) == []

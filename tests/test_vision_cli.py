@@ -107,6 +107,11 @@ def test_analysis_evaluate_tables_vision_runs(sweep, tmp_path):
         and "### Mean L-acc (%) (↑ higher is better)" in text
     )
     assert "| fedfew | 1 |" in text and "| algorithm | n | digits |" in text
+    # CFL never split in two rounds: its row is marked and its run listed with its warning
+    inert = summary[summary["inert_warning"].notna()]
+    assert list(inert["algo"]) == ["cfl"] and inert["inert_warning"].iloc[0].startswith("cfl: no cluster split")
+    assert "| cfl ⚠ 1/1 | 1 |" in text and "| ifca | 1 |" in text
+    assert f"- `{inert['name'].iloc[0]}` (cfl, dirichlet, seed 0): cfl: no cluster split" in text
     assert (tmp_path / "vision_stats.csv").is_file()
     assert not (tmp_path / "summary.csv").exists()  # no RL run in this campaign
 
