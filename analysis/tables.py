@@ -4,7 +4,7 @@ the reference variant (FedPref by default) in a paired test over seeds (:mod:`an
 ▲ in bold when better, ▼ when worse (higher or lower is better as
 :data:`morlfed.metrics.METRICS` says). A note under every table states the test and its level.
 A row some of whose runs reported their strategy inert (``inert_warning``) has its label marked
-``⚠ k/n`` and ``comparison.md`` lists those runs with their warnings.
+``⚠ k/m`` (k of its m runs) and ``comparison.md`` lists those runs with their warnings.
 
 * :func:`metric_table`: one metric under one preference distribution, columns environments (or
   datasets for vision runs);
@@ -81,7 +81,7 @@ def _n_text(counts: Sequence[int]) -> str:
 #: The mark of a row label with inert runs, and what it means (the note under the table).
 INERT_MARK = "⚠"
 INERT_NOTE = (
-    f"{INERT_MARK} k/n: k of the row's n runs reported after training that their strategy stayed inert "
+    f"{INERT_MARK} k/m: k of the row's m runs (over every column) reported after training that their strategy stayed inert "
     "(`inert_warning`), so the row measures less than its method."
 )
 
@@ -98,12 +98,15 @@ def inert_runs(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[text != ""]
 
 
-def _labels(part: pd.DataFrame, variants: Sequence[str]) -> tuple[dict[str, str], str]:
-    """Each variant's row label (``⚠ k/n`` after it when k of its n runs in ``part`` were inert)
-    and the sentence the note under the table gains (empty when no row is marked)."""
+def _labels(part: pd.DataFrame) -> tuple[dict[str, str], str]:
+    """Each variant's row label, in row order (:func:`_row_order`; ``⚠ k/m`` after it when k of
+    its m runs in ``part`` were inert), and the sentence the note under the table gains (empty
+    when no row is marked)."""
     inert = inert_runs(part)["variant"].value_counts()
     runs = part["variant"].value_counts()
-    labels = {v: f"{v} {INERT_MARK} {int(inert[v])}/{int(runs[v])}" if v in inert.index else v for v in variants}
+    labels = {
+        v: f"{v} {INERT_MARK} {int(inert[v])}/{int(runs[v])}" if v in inert.index else v for v in _row_order(part)
+    }
     return labels, f" {INERT_NOTE}" if len(inert) else ""
 
 
@@ -202,7 +205,7 @@ def metric_table(
     counts = _counts(part, column)
     directions, note = _marks(part, [metric], registry, reference, level, column)
     undefined = _undefined(registry[metric])
-    labels, inert_note = _labels(part, _row_order(part))
+    labels, inert_note = _labels(part)
     lines = ["| algorithm | n | " + " | ".join(envs) + " |", "|---|---|" + "---|" * len(envs)]
     for variant, label in labels.items():
         n = {env: int(counts.get((dist, variant, env), 0)) for env in envs}
@@ -248,7 +251,7 @@ def metrics_table(
         "| algorithm | n | " + " | ".join(METRICS[m].title for m in metrics) + " |",
         "|---|---|" + "---|" * len(metrics),
     ]
-    labels, inert_note = _labels(part, _row_order(part))
+    labels, inert_note = _labels(part)
     for variant, label in labels.items():
         n = int(counts.get((dist, variant, env), 0))
         cells = [
