@@ -110,20 +110,24 @@ def _labels(part: pd.DataFrame) -> tuple[dict[str, str], str]:
     return labels, f" {INERT_NOTE}" if len(inert) else ""
 
 
-def inert_section(summary: pd.DataFrame) -> list[str]:
-    """The lines of ``comparison.md`` that list the runs whose strategy reported itself inert,
-    with their warnings (none when no run did).
+def run_notes(summary: pd.DataFrame, skipped: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The lines of ``comparison.md`` that list the run directories left out (``skipped``) and the
+    runs whose strategy reported itself inert, with their warnings (none when there are neither).
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
+    :param skipped: ``(path, reason)`` of run directories left out
     """
+    lines: list[str] = []
+    if skipped:
+        lines += ["", "Skipped run directories (not averaged in):", ""]
+        lines += [f"- `{path}`: {reason}" for path, reason in skipped]
     inert = inert_runs(summary)
-    if inert.empty:
-        return []
-    lines = ["", f"Runs whose strategy stayed inert ({INERT_MARK} in the tables; still averaged in):", ""]
-    lines += [
-        f"- `{row['name']}` ({row['variant']}, {row['dist']}, seed {row['seed']}): {row['inert_warning']}"
-        for _, row in inert.iterrows()
-    ]
+    if not inert.empty:
+        lines += ["", f"Runs whose strategy stayed inert ({INERT_MARK} in the tables; still averaged in):", ""]
+        lines += [
+            f"- `{row['name']}` ({row['variant']}, {row['dist']}, seed {row['seed']}): {row['inert_warning']}"
+            for _, row in inert.iterrows()
+        ]
     return lines
 
 
@@ -337,10 +341,7 @@ def comparison_markdown(
             "known front" if front.source == "known" else f"campaign front (non-dominated union of {front.n_runs} runs)"
         )
         lines.append(f"- {env} (gamma {gamma:g}): {what}, {len(front.points)} points")
-    if campaign.skipped:
-        lines += ["", "Skipped run directories (not averaged in):", ""]
-        lines += [f"- `{path}`: {reason}" for path, reason in campaign.skipped]
-    lines += inert_section(summary)
+    lines += run_notes(summary, campaign.skipped)
     lines += ["", "## Budget", "", budget_table(summary)]
     for dist in sorted(summary["dist"].unique()):
         lines += ["", f"## Preference distribution: {dist}"]
@@ -367,7 +368,7 @@ def vision_comparison_markdown(
     level: float = LEVEL,
 ) -> str:
     """The vision part of ``comparison.md``: the ``skipped`` run directories and the inert runs
-    (:func:`inert_section`), then per partition
+    (:func:`run_notes`), then per partition
     one table per accuracy statistic (:func:`metric_table` with rows algorithm variants, columns
     datasets).
 
@@ -385,10 +386,7 @@ def vision_comparison_markdown(
         "data. Cells: mean ± sample std over the n seeds of the row of a statistic over clients; ▲ (bold) / ▼: "
         f"significantly better / worse than {reference}, paired by seed at level {level:g}.",
     ]
-    if skipped:
-        lines += ["", "Skipped run directories (not averaged in):", ""]
-        lines += [f"- `{path}`: {reason}" for path, reason in skipped]
-    lines += inert_section(summary)
+    lines += run_notes(summary, skipped)
     for dist in sorted(summary["dist"].unique()):
         lines += ["", f"## Partition: {dist}"]
         for metric, info in VISION_METRICS.items():

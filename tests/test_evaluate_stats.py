@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from morlfed.analysis.stats import campaign_stats, compare_to_reference, paired_test
-from morlfed.analysis.tables import INERT_NOTE, budget_table, inert_section, metric_table, metrics_table
+from morlfed.analysis.tables import INERT_NOTE, budget_table, metric_table, metrics_table, run_notes
 from morlfed.metrics import METRICS
 
 
@@ -147,11 +147,11 @@ def test_rows_with_inert_runs_are_marked_and_the_runs_listed():
         labels = [line.split(" | ")[0].removeprefix("| ") for line in lines[2:6]]
         assert labels == ["down ⚠ 2/3", "fedpref", "noise", "up"]
         assert lines[-1].endswith(INERT_NOTE)
-    listed = inert_section(summary)
-    assert [line for line in listed if line.startswith("- ")] == [
+    listed = run_notes(summary, skipped=[("multirun/x/3", "no metrics.json")])
+    assert [line for line in listed if line.startswith("- ")] == ["- `multirun/x/3`: no metrics.json"] + [
         f"- `down_s{s}` (down, d, seed {s}): down: never split" for s in (0, 1)
     ]
     # a summary written before runs recorded the warning, or one without inert runs: no mark, no note
     for plain in (summary.drop(columns="inert_warning"), summary.assign(inert_warning=None)):
         table = metrics_table(plain, "e", "d", ["hypervolume"])
-        assert "⚠" not in table and INERT_NOTE not in table and inert_section(plain) == []
+        assert "⚠" not in table and INERT_NOTE not in table and run_notes(plain) == []
