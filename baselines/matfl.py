@@ -126,6 +126,8 @@ class MaTFL(PersonalisedStrategy):
         self.groups = torch.zeros(n_clients, dtype=torch.long)
         self._last: dict[str, Any] = {}
         self._similarity: dict[tuple[int, ...], torch.Tensor] = {}
+        self.aggregations = 0  # rounds with participants
+        self.mixing_rounds = 0  # of those, rounds where some client got another client's model
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
         if not results:
@@ -144,6 +146,8 @@ class MaTFL(PersonalisedStrategy):
             groups = [[c for c, g in zip(cids, labels) if g == k] for k in range(int(labels.max()) + 1)]
             self._last = {"participants": cids, "clusters": groups}
         self.models[cids] = weights @ trained
+        self.aggregations += 1
+        self.mixing_rounds += int(bool((weights - torch.diag(torch.diagonal(weights)) > 0).any()))
 
     def model_id(self, cid: int) -> int:
         """Soft grouping: the client's own id (every model is personal). Grouping: the group the
@@ -158,9 +162,29 @@ class MaTFL(PersonalisedStrategy):
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
         return self._similarity
 
+    def inert_warning(self) -> str | None:
+        """MaTFL whose every client kept its own trained model in every round ran as local training."""
+        if self.aggregations == 0 or self.mixing_rounds > 0:
+            return None
+        why = (
+            f"no pair of deviations had a cosine above -th={-self.th:g}"
+            if self.mode == "soft-grouping"
+            else "every group held a single client"
+        )
+        return (
+            f"matfl: every client kept its own trained model in all {self.aggregations} aggregations ({why}), "
+            "so MaTFL ran as local training"
+        )
+
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "groups": self.groups.clone()}
+        return {
+            **super().state_dict(),
+            "groups": self.groups.clone(),
+            "aggregations": self.aggregations,
+            "mixing_rounds": self.mixing_rounds,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.groups = state["groups"].clone()
+        self.aggregations, self.mixing_rounds = state["aggregations"], state["mixing_rounds"]

@@ -114,6 +114,33 @@ def test_opposite_deviations_do_not_mix_at_th_zero():
     torch.testing.assert_close(strategy.models[2], trained[2:].mean(dim=0))
 
 
+def test_a_run_in_which_no_client_mixed_warns_that_matfl_ran_as_local_training():
+    base = _random(1, seed=7)[0]
+    u, v = _random(2, seed=8)
+    v = v - (v @ u) / (u @ u) * u  # orthogonal to u, then scaled to its norm
+    v = v * u.norm() / v.norm()
+    angles = torch.tensor([0.0, 2.0, 4.0]) * torch.pi / 3  # deviations 120 degrees apart: cosines -0.5
+    trained = base + torch.cos(angles)[:, None] * u + torch.sin(angles)[:, None] * v
+    strategy = _setup(MaTFL(th=0.0), 3)
+    assert strategy.inert_warning() is None  # nothing aggregated yet
+    for round in (1, 2):
+        strategy.aggregate(round, _results(trained))
+        torch.testing.assert_close(strategy.models, trained)
+    warning = strategy.inert_warning()
+    assert warning is not None and "all 2 aggregations" in warning and "local training" in warning
+    # th = 0.6 admits cosines above -0.6: every client mixes, so the method was not inert
+    mixing = _setup(MaTFL(th=0.6), 3)
+    mixing.aggregate(1, _results(trained))
+    assert mixing.inert_warning() is None
+    # one round with two similar clients is enough to clear the warning
+    strategy.aggregate(3, _results(torch.stack([base + u, base + 1.1 * u, base - u])))
+    assert strategy.inert_warning() is None
+    # hard groups of one client each are local training too
+    grouping = _setup(MaTFL(mode="grouping", cluster_num=3), 3)
+    grouping.aggregate(1, _results(trained))
+    assert "every group held a single client" in grouping.inert_warning()
+
+
 @pytest.mark.parametrize("mode", ["soft-grouping", "grouping"])
 def test_identical_clients_get_identical_models(mode):
     trained = _random(5, seed=9)
@@ -176,4 +203,5 @@ def test_state_dict_round_trip_resumes_exactly():
     second.load_state_dict(state)
     second.aggregate(2, _results(_random(5, seed=18)))
     assert torch.equal(second.models, first.models) and torch.equal(second.groups, first.groups)
+    assert (second.aggregations, second.mixing_rounds) == (first.aggregations, first.mixing_rounds)
     assert second.rng.bit_generator.state == first.rng.bit_generator.state
