@@ -1,26 +1,34 @@
-"""Statistical agreement of the two RL engines: the same default run, several seeds, each engine.
+"""Do the two RL engines agree? Paired runs of ``engine=sb3`` and ``engine=vectorised`` and an
+equivalence test (TOST) with a margin fixed in advance.
 
-Runs ``python -m morlfed.run env=<env> engine=<engine> seed=<s>`` (the env's default budget,
-FedPref, equidistant preferences) for every engine and seed, then writes
+For every (env, budget, algo, seed) the study runs ``python -m morlfed.run`` once per engine with
+the same overrides, so both runs of a pair share the seed, hence the preferences, the initial
+network and every env seed; only the engines' own random streams (exploration, replay sampling)
+differ. The outcome of a run is the mean scalarised undiscounted return of its deployed models
+(``metrics.json``), with the hypervolume beside it.
 
-* ``<out>/runs.csv``: one row per run: engine, seed, mean scalarised reward, known-front points
-  reached, zero-regret clients, hypervolume (undiscounted returns), env steps per client, wall time,
-  and the commit of the code that ran it (the working directory's ``git rev-parse --short HEAD``);
-  rows of engines not run this time are kept from the existing ``runs.csv``, so one engine can be
-  re-measured after a change to it alone;
-* ``<out>/agreement.md``: the engines side by side (mean ± std over seeds) and a two-sided
-  Mann-Whitney U test per metric (the seeds of the two engines are independent samples: the
-  engines draw their exploration and replay samples from different streams).
+The rule, fixed before any run was looked at (docs/results/engine-agreement/README.md):
+
+* margin = 0.5 x the standard deviation over seeds of the sb3 runs' outcome at that budget;
+* the engines are *equivalent* when the 90% confidence interval of the mean paired difference
+  (vectorised - sb3) lies inside +- margin (TOST at 0.05, :mod:`morlfed.analysis.equivalence`);
+* the ``reduced`` budget (``BUDGETS``: far past the exploration phase, a fraction of the default
+  run's cost) is tested with every seed given; the ``full`` budget (the env spec's default run)
+  is reported on a few seeds, not tested.
+
+Every run evaluates its deployed models every few rounds (``eval_every``): ``learning.png``
+draws both engines' learning curves (mean +- std over seeds) per env, budget and algo.
 
 Usage::
 
-    python bench/engine_agreement.py --seeds 0 1 2 3 4 --out docs/results/engine-agreement
-    python bench/engine_agreement.py --engines vectorised --out docs/results/engine-agreement  # re-measure one
-    python bench/engine_agreement.py --env minecart --overrides rounds=10 local_steps=2500 \
-        --out docs/results/engine-agreement-minecart          # another env, at a stated budget
-    python bench/engine_agreement.py --report-only --out docs/results/engine-agreement
+    python bench/engine_agreement.py --env deep-sea-treasure --budget reduced --seeds 0-29 --jobs 2
+    python bench/engine_agreement.py --env deep-sea-treasure --budget full --seeds 0-2
+    python bench/engine_agreement.py --report-only        # rebuild agreement.md and learning.png
 
-A run directory that already holds ``metrics.json`` is not run again.
+Each run directory (``--runs``) that already holds ``metrics.json`` is reused, so a study can be
+extended seed by seed; ``runs.csv`` keeps one row per run with the commit that produced it. Runs
+use one torch thread and the sequential executor, so that every run of an engine computes the
+same bits on any machine with the same core type.
 """
 
 from __future__ import annotations
@@ -29,111 +37,238 @@ import argparse
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pandas as pd
-from scipy.stats import mannwhitneyu
+import matplotlib
 
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from morlfed.analysis.equivalence import paired_equivalence, standardised_margin
 from morlfed.rundir import atomic_write_text
 
-METRICS = {
-    "mean_scalarised": "mean scalarised reward ↑",
-    "front_points_reached": "known-front points reached ↑",
-    "zero_regret_clients": "zero-regret clients ↑",
-    "hypervolume": "hypervolume ↑",
+ENGINES = ("sb3", "vectorised")
+#: The budgets of the study per env: ``reduced`` (tested) and ``full`` (the spec's default run,
+#: reported). A reduced budget keeps the spec's clients and learning settings and ends far past the
+#: exploration phase (epsilon's decay covers ``exploration_fraction`` of the client's budget).
+BUDGETS: dict[str, dict[str, list[str]]] = {
+    "deep-sea-treasure": {"reduced": ["n_clients=5", "rounds=20", "local_steps=1000", "eval_every=4"], "full": ["eval_every=4"]},
+    "minecart": {"reduced": ["rounds=10", "local_steps=5000", "eval_every=2"], "full": ["eval_every=10"]},
+    "mo-lunar-lander": {"reduced": ["rounds=5", "local_steps=5000", "eval_every=1"], "full": ["eval_every=4"]},
 }
+#: The margin's fraction of the sb3 runs' seed-to-seed standard deviation.
+MARGIN_FRACTION = 0.5
+#: The outcomes per run: (metrics.json key under ``undiscounted``, label); the first is tested.
+OUTCOMES = {"mean_scalarised": "mean scalarised return", "hypervolume": "hypervolume"}
 
 
-def run_one(env: str, engine: str, seed: int, runs: Path, executor: str, overrides: list[str]) -> Path:
-    """Run (or reuse) one default run, with the budget ``overrides`` if any; return its directory."""
-    path = runs / f"{env}_{engine}_seed{seed}"
+def parse_seeds(items: list[str]) -> list[int]:
+    """Seeds given as numbers or ranges (``0-29``)."""
+    seeds: list[int] = []
+    for item in items:
+        first, _, last = item.partition("-")
+        seeds.extend(range(int(first), int(last or first) + 1))
+    return seeds
+
+
+def run_dir(runs: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> Path:
+    """Where one run of the study lives."""
+    return runs / env / budget / algo / f"{engine}_seed{seed}"
+
+
+def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> Path:
+    """Run (or reuse) one run of the study; return its directory."""
     if not (path / "metrics.json").exists():
-        args = [f"env={env}", f"engine={engine}", f"seed={seed}", f"executor={executor}", *overrides]
-        args += ["progress=false", f"hydra.run.dir={path}"]
-        subprocess.run([sys.executable, "-m", "morlfed.run", *args], check=True, stdout=subprocess.DEVNULL)
+        args = [f"env={env}", f"algo={algo}", f"engine={engine}", f"seed={seed}", *BUDGETS[env][budget]]
+        args += ["executor=sequential", "torch_threads=1", "progress=false", f"hydra.run.dir={path}"]
+        done = subprocess.run(
+            [sys.executable, "-m", "morlfed.run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{path}: morlfed.run exited with {done.returncode}:\n{done.stderr[-2000:]}")
     return path
 
 
 def current_commit() -> str:
-    """The short commit hash of the working directory's checkout (the code ``morlfed.run`` runs)."""
+    """The short commit hash of the checkout that runs the study."""
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
     return done.stdout.strip()
 
 
-def row(path: Path, engine: str, commit: str) -> dict[str, object]:
-    """One ``runs.csv`` row from a run directory."""
+def row(path: Path, budget: str, commit: str) -> dict[str, object]:
+    """One ``runs.csv`` row from a finished run directory."""
     metrics = json.loads((path / "metrics.json").read_text())
-    final = pd.read_csv(path / "final.csv")
-    und = metrics["undiscounted"]
-    out: dict[str, object] = {"engine": engine, "seed": metrics["seed"]}
-    out |= {key: und[key] for key in METRICS}
-    if "env_steps" in final:
-        out["env_steps_per_client"] = float(final["env_steps"].mean())
+    out: dict[str, object] = {key: metrics[key] for key in ("env", "algo", "engine", "seed")}
+    out["budget"] = budget
+    out |= {key: metrics["undiscounted"][key] for key in OUTCOMES}
+    out["rounds"] = metrics["rounds"]
+    out["env_steps_per_client"] = metrics["env_steps_per_client"]["mean"]
     out["wall_time_s"] = metrics["wall_time_s"]
     out["commit"] = commit
     return out
 
 
-def report(table: pd.DataFrame, env: str, overrides: list[str]) -> str:
-    """The side-by-side markdown table with a Mann-Whitney U test per metric."""
-    engines = sorted(table.engine.unique())
-    budget = " ".join(overrides) if overrides else "the env spec's budget"
-    lines = [
-        f"# Engine agreement on {env} (default run: FedPref, equidistant preferences, {budget})",
+def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
+    """The learning curves of the runs in ``table``: ``mean_eval_scalarised`` per evaluated round."""
+    frames = []
+    for r in table.itertuples():
+        path = run_dir(runs, r.env, r.budget, r.algo, r.engine, r.seed)
+        rounds_csv = path / "rounds.csv"
+        if not rounds_csv.exists():
+            continue
+        rounds = pd.read_csv(rounds_csv)
+        if "mean_eval_scalarised" not in rounds:
+            continue
+        rounds = rounds.dropna(subset=["mean_eval_scalarised"])
+        steps = float(r.env_steps_per_client) / int(r.rounds)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "env": r.env,
+                    "budget": r.budget,
+                    "algo": r.algo,
+                    "engine": r.engine,
+                    "seed": r.seed,
+                    "round": rounds["round"],
+                    "env_steps_per_client": rounds["round"] * steps,
+                    "mean_eval_scalarised": rounds["mean_eval_scalarised"],
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def agreement(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (env, budget, algo, outcome): both engines' means, the margin, the interval and
+    the verdict over the seeds that both engines ran."""
+    out = []
+    for (env, budget, algo), group in table.groupby(["env", "budget", "algo"], sort=True):
+        paired = group.pivot_table(index="seed", columns="engine", values=list(OUTCOMES)).dropna()
+        for key, label in OUTCOMES.items():
+            if (key, "sb3") not in paired or (key, "vectorised") not in paired or len(paired) < 2:
+                continue
+            sb3, vec = paired[(key, "sb3")].to_numpy(), paired[(key, "vectorised")].to_numpy()
+            margin = standardised_margin(sb3, MARGIN_FRACTION)
+            result = paired_equivalence(sb3, vec, margin) if margin > 0 else None
+            tested = budget == "reduced" and key == next(iter(OUTCOMES))
+            out.append(
+                {
+                    "env": env,
+                    "budget": budget,
+                    "algo": algo,
+                    "outcome": label,
+                    "n": len(paired),
+                    "sb3": f"{sb3.mean():.3g} ± {sb3.std(ddof=1):.2g}",
+                    "vectorised": f"{vec.mean():.3g} ± {vec.std(ddof=1):.2g}",
+                    "margin": f"{margin:.3g}",
+                    "difference": f"{vec.mean() - sb3.mean():+.3g}",
+                    "90% CI": "-" if result is None else f"[{result.low:+.3g}, {result.high:+.3g}]",
+                    "verdict": ("-" if result is None else result.verdict) if tested else "reported, not tested",
+                }
+            )
+    return pd.DataFrame(out)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A data frame as a markdown table."""
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(str(v) for v in values) + " |" for values in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def figure(curve: pd.DataFrame, path: Path) -> None:
+    """Both engines' learning curves (mean ± std over seeds), one panel per (env, budget, algo)."""
+    panels = sorted(curve.groupby(["env", "budget", "algo"]).groups)
+    cols = min(len(panels), 3)
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    for ax, (env, budget, algo) in zip(axes.flat, panels):
+        panel = curve[(curve.env == env) & (curve.budget == budget) & (curve.algo == algo)]
+        for engine, colour in zip(ENGINES, ("tab:blue", "tab:orange")):
+            stats = panel[panel.engine == engine].groupby("env_steps_per_client")["mean_eval_scalarised"]
+            mean, std, count = stats.mean(), stats.std(ddof=1).fillna(0.0), stats.count()
+            if mean.empty:
+                continue
+            ax.plot(mean.index, mean.to_numpy(), color=colour, label=f"{engine} (n={int(count.max())})")
+            ax.fill_between(mean.index, (mean - std).to_numpy(), (mean + std).to_numpy(), color=colour, alpha=0.2)
+        ax.set_title(f"{env}, {algo}, {budget} budget", fontsize=9)
+        ax.set_xlabel("env steps per client")
+        ax.set_ylabel("mean scalarised return")
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def report(out: Path, runs: Path) -> str:
+    """Rebuild ``agreement.md`` and ``learning.png`` from ``runs.csv`` (and the run directories'
+    ``rounds.csv`` for the curves); return the markdown."""
+    table = pd.read_csv(out / "runs.csv")
+    result = agreement(table)
+    text = [
+        "# Engine agreement: sb3 against vectorised, paired seeds",
         "",
-        "Undiscounted returns; mean ± std over seeds (n per engine in the header). p: two-sided",
-        "Mann-Whitney U test of the two engines' seeds; p >= 0.05 means no detectable difference",
-        "at that sample size (not proof of equality).",
+        f"Generated by `python bench/engine_agreement.py --report-only` from `runs.csv`. Margin: {MARGIN_FRACTION}",
+        "x the sb3 runs' standard deviation over seeds; 90% CI: Student's t interval of the mean",
+        "paired difference (vectorised - sb3); equivalent: the CI lies inside +- margin (TOST at 0.05).",
+        "Undiscounted returns. Only the reduced budget's mean scalarised return is tested.",
         "",
-        "| metric | " + " | ".join(f"{e} (n={int((table.engine == e).sum())})" for e in engines) + " | p |",
-        "|---|" + "---|" * len(engines) + "---|",
+        markdown(result) if not result.empty else "(no paired runs yet)",
+        "",
     ]
-    for key, title in METRICS.items():
-        groups = [table.loc[table.engine == e, key].astype(float) for e in engines]
-        cells = [f"{g.mean():.3g} ± {g.std(ddof=1):.2g}" for g in groups]
-        p = mannwhitneyu(*groups, alternative="two-sided").pvalue if len(engines) == 2 else float("nan")
-        lines.append(f"| {title} | " + " | ".join(cells) + f" | {p:.2f} |")
-    for key, title in (("env_steps_per_client", "env steps per client"), ("wall_time_s", "wall time (s)")):
-        if key in table:
-            groups = [table.loc[table.engine == e, key].astype(float) for e in engines]
-            cells = [f"{g.mean():.0f}" if g.notna().all() else "not recorded" for g in groups]
-            lines.append(f"| {title} | " + " | ".join(cells) + " | |")
-    return "\n".join(lines) + "\n"
+    curve = curves(runs, table)
+    if not curve.empty:
+        curve.to_csv(out / "curves.csv", index=False)
+    elif (out / "curves.csv").exists():
+        curve = pd.read_csv(out / "curves.csv")
+    if not curve.empty:
+        figure(curve, out / "learning.png")
+        text += ["![learning curves](learning.png)", ""]
+    markdown_text = "\n".join(text)
+    atomic_write_text(out / "agreement.md", markdown_text)
+    return markdown_text
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the study (or only rebuild its report) and print the table."""
+    """Run the study's runs (or only rebuild its report) and print the report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="deep-sea-treasure")
-    parser.add_argument("--engines", nargs="+", default=["sb3", "vectorised"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--executor", default="process", help="sequential | process (default)")
+    parser.add_argument("--env", choices=sorted(BUDGETS), default="deep-sea-treasure")
+    parser.add_argument("--budget", choices=("reduced", "full"), default="reduced")
+    parser.add_argument("--algos", nargs="+", default=["local", "fedpref"])
+    parser.add_argument("--seeds", nargs="+", default=["0-29"], help="seeds or ranges (default: 0-29)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
     parser.add_argument("--runs", type=Path, default=Path("multirun/engine-agreement"), help="run directories")
     parser.add_argument("--out", type=Path, default=Path("docs/results/engine-agreement"))
-    parser.add_argument("--report-only", action="store_true", help="only rebuild agreement.md from runs.csv")
-    parser.add_argument(
-        "--overrides", nargs="*", default=[], metavar="KEY=VALUE", help="budget overrides of every run (rounds=10 ...)"
-    )
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the report from runs.csv")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.report_only:
-        table = pd.read_csv(args.out / "runs.csv")
-    else:
+    if not args.report_only:
         commit = current_commit()
-        rows = [
-            row(run_one(args.env, engine, seed, args.runs, args.executor, args.overrides), engine, commit)
-            for seed in args.seeds
-            for engine in args.engines
+        work = [
+            (run_dir(args.runs, args.env, args.budget, algo, engine, seed), args.env, args.budget, algo, engine, seed)
+            for seed in parse_seeds(args.seeds)
+            for algo in args.algos
+            for engine in ENGINES
         ]
-        table = pd.DataFrame(rows)
         existing = args.out / "runs.csv"
-        if existing.exists():
-            kept = pd.read_csv(existing)
-            table = pd.concat([kept[~kept.engine.isin(args.engines)], table], ignore_index=True)
-        atomic_write_text(args.out / "runs.csv", table.to_csv(index=False))
-    text = report(table, args.env, args.overrides)
-    atomic_write_text(args.out / "agreement.md", text)
-    print(text)
+        table = pd.read_csv(existing) if existing.exists() else pd.DataFrame()
+        keys = ["env", "budget", "algo", "engine", "seed"]
+        done = set() if table.empty else set(table[keys].itertuples(index=False, name=None))
+        # a run already in runs.csv keeps its row (and the commit that produced it)
+        work = [job for job in work if (job[1], job[2], job[3], job[4], job[5]) not in done]
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for path in pool.map(lambda job: run_one(*job), work):
+                table = pd.concat([table, pd.DataFrame([row(path, args.budget, commit)])], ignore_index=True)
+                atomic_write_text(existing, table.to_csv(index=False))
+                print(f"{path}: {table['mean_scalarised'].iloc[-1]:.3f}", flush=True)
+    print(report(args.out, args.runs))
     return 0
 
 
