@@ -32,7 +32,7 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from morlfed.params import ParamLayout
 from morlfed.tasks.rl.client import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
-from morlfed.tasks.rl.vectorised.mlp import StackedMLP, aligned_rows
+from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
 
 
@@ -92,6 +92,9 @@ class StackedDQN(StackedLearner):
         beta1, beta2 = defaults["betas"]
         lr, eps = float(agent.learning_rate), float(defaults["eps"])
         self.optimiser = MaskedAdam({"q_net": self.online}, lr, (float(beta1), float(beta2)), eps)
+        # one set of buffers per use within a gradient step (the target's pass, the online pass
+        # and its backward), reused from step to step
+        self._workspaces = {"target": Workspace(), "online": Workspace(), "backward": Workspace()}
 
     @property
     def layout(self) -> ParamLayout:
@@ -132,20 +135,25 @@ class StackedDQN(StackedLearner):
     ) -> dict[str, torch.Tensor]:
         """One ``DQN.train(gradient_steps=1)`` step for the clients where ``mask`` is true (see the
         module docstring); returns the per-client Huber ``loss`` (``[N]``)."""
-        next_q = self.q_values(batch.next_observations, target=True).max(dim=2).values.unsqueeze(2)
+        ws = self._workspaces
+        next_x = batch.next_observations.to(self.device).float().flatten(2)
+        next_q = self.mlp.forward(self._target_views, next_x, workspace=ws["target"])[0].max(dim=2).values.unsqueeze(2)
         target_q = batch.rewards + (1 - batch.dones) * self.gamma * next_q
         x = batch.observations.to(self.device).float().flatten(2)
-        q, saved = self.mlp.forward(self._online_views, x, keep=True)
+        q, saved = self.mlp.forward(self._online_views, x, keep=True, workspace=ws["online"])
         actions = batch.actions.long()
         current = torch.gather(q, dim=2, index=actions)
         loss = F.smooth_l1_loss(current, target_q, reduction="none").mean(dim=(1, 2))
         # d mean(smooth_l1) / d current, scattered back onto the taken actions (gather's backward)
         delta = (current - target_q).clamp(-1.0, 1.0) * (1.0 / current.shape[1])
-        self.mlp.backward(self._online_views, saved, torch.zeros_like(q).scatter_(2, actions, delta), self._grad_views)
+        d_q = torch.zeros_like(q).scatter_(2, actions, delta)
+        self.mlp.backward(self._online_views, saved, d_q, self._grad_views, workspace=ws["backward"])
         grad: torch.Tensor = self.online.grad  # type: ignore[assignment]
-        # clip_grad_norm_(max_grad_norm) per client, over that client's parameters only
-        coef = self.max_grad_norm / (torch.linalg.vector_norm(grad, dim=1) + 1e-6)
-        grad.mul_(coef.clamp(max=1.0).unsqueeze(1))
+        # clip_grad_norm_(max_grad_norm) per client, over that client's parameters only; a factor
+        # of 1 changes nothing, so on the CPU the pass is skipped when no client is clipped
+        coef = (self.max_grad_norm / (torch.linalg.vector_norm(grad, dim=1) + 1e-6)).clamp(max=1.0)
+        if self.device.type != "cpu" or bool((coef < 1.0).any()):
+            grad.mul_(coef.unsqueeze(1))
         if bool((prox_mu > 0).any()):
             mu = prox_mu.to(self.device, torch.float32).unsqueeze(1)
             grad.add_(mu * (self.online - prox_centre.to(self.device)))

@@ -74,27 +74,70 @@ def _aligned_empty(k: int, n: int, m: int, device: torch.device) -> torch.Tensor
     return torch.empty(k, _padded(n * m), device=device)[:, : n * m].view(k, n, m)
 
 
+def _is_aligned(t: torch.Tensor) -> bool:
+    """Whether every client's ``[n, m]`` block of ``t`` starts on a 64-byte boundary."""
+    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % _ALIGN == 0)
+
+
 def _uniform(t: torch.Tensor) -> torch.Tensor:
     """``t`` if every client's block starts on a 64-byte boundary, else a copy in such blocks."""
-    if t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % _ALIGN == 0):
+    if _is_aligned(t):
         return t
     k, n, m = t.shape
     return _aligned_empty(k, n, m, t.device).copy_(t)
 
 
-def batched_matmul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+class Workspace:
+    """Buffers that one call site of :class:`StackedMLP` reuses from one gradient step to the next.
+
+    A fresh ``[N, B, width]`` tensor per layer and step costs more than its arithmetic on the CPU:
+    every large allocation is new memory that the kernel must map in, page by page. A workspace
+    keeps one aligned buffer per (use, layer) and hands it out again while the shape holds, so a
+    result of :meth:`StackedMLP.forward` or :meth:`StackedMLP.input_gradient` computed with a
+    workspace is valid only until the next call that uses the same workspace.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, int], torch.Tensor] = {}
+
+    def take(self, key: tuple[str, int], k: int, n: int, m: int, device: torch.device) -> torch.Tensor:
+        """The buffer for ``key`` as an uninitialised ``[k, n, m]`` float32 tensor with aligned blocks.
+
+        :param key: the use and the layer index
+        :param k: number of clients
+        :param n: rows of each client's block
+        :param m: columns of each client's block
+        :param device: torch device
+        """
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.shape != (k, n, m) or buffer.device != device:
+            buffer = self._buffers[key] = _aligned_empty(k, n, m, device)
+        return buffer
+
+
+def batched_matmul(
+    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Every client's ``a @ b`` (``[N, n, m] @ [N, m, p]``) plus ``bias`` (``[N, p]``), computed so
     that a client's result does not depend on its batch on the CPU (see the module docstring).
 
     :param a: left operands
     :param b: right operands
     :param bias: added to every row of the products (``None``: nothing)
+    :param out: where to write the products (``[N, n, p]``; a strided view such as a layer's rows
+        of a gradient buffer is written in place when its blocks are aligned, else through a copy);
+        ``None``: a new tensor
     """
-    if a.device.type != "cpu":
-        return torch.bmm(a, b) if bias is None else torch.baddbmm(bias.unsqueeze(1), a, b)
-    out = _aligned_empty(a.shape[0], a.shape[1], b.shape[2], a.device)
-    a, b = _uniform(a), _uniform(b)
-    return torch.bmm(a, b, out=out) if bias is None else torch.baddbmm(bias.unsqueeze(1), a, b, out=out)
+    if a.device.type == "cpu":
+        a, b = _uniform(a), _uniform(b)
+    target = out
+    if a.device.type == "cpu" and (target is None or not _is_aligned(target)):
+        target = _aligned_empty(a.shape[0], a.shape[1], b.shape[2], a.device)
+    result = torch.bmm(a, b, out=target) if bias is None else torch.baddbmm(bias.unsqueeze(1), a, b, out=target)
+    if out is not None and result.data_ptr() != out.data_ptr():
+        out.copy_(result)
+        return out
+    return result
 
 
 @dataclass(frozen=True)
@@ -141,17 +184,20 @@ class StackedMLP:
         return {layer.name: flat[:, layer.slice].view(len(flat), *layer.shape) for layer in self.layout.layers}
 
     def forward(
-        self, params: dict[str, torch.Tensor], x: torch.Tensor, keep: bool = False
+        self, params: dict[str, torch.Tensor], x: torch.Tensor, keep: bool = False, workspace: Workspace | None = None
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Every client's output for its batch ``x`` (``[N, B, in]`` -> ``[N, B, out]``).
 
         :param params: from :meth:`views`
         :param x: the inputs
         :param keep: also return what :meth:`backward` needs (every layer's input and the outputs)
+        :param workspace: write the layers' outputs into its buffers (valid until its next use);
+            ``None``: new tensors
         :return: the outputs and (``keep``) the saved tensors, else ``[]``
         """
         saved: list[torch.Tensor] = []
-        for layer in self.layers:
+        own = False  # whether x is a tensor this pass made (activations then work in place)
+        for index, layer in enumerate(self.layers):
             if keep:
                 saved.append(x)
             if isinstance(layer, _Linear) and layer.single:
@@ -161,9 +207,16 @@ class StackedMLP:
                     x = x + params[layer.bias].unsqueeze(1)
             elif isinstance(layer, _Linear):
                 bias = None if layer.bias is None else params[layer.bias]
-                x = batched_matmul(x, params[layer.weight].transpose(1, 2), bias)
+                weight = params[layer.weight]
+                out = None
+                if workspace is not None:
+                    out = workspace.take(("forward", index), len(x), x.shape[1], weight.shape[1], x.device)
+                x = batched_matmul(x, weight.transpose(1, 2), bias, out)
+            elif own:  # backward reads an activation's output only, so its input may be overwritten
+                x = x.clamp_min_(0.0) if isinstance(layer, nn.ReLU) else x.tanh_()
             else:
                 x = layer(x)
+            own = True
         if keep:
             saved.append(x)
         return x, saved
@@ -193,6 +246,7 @@ class StackedMLP:
         saved: list[torch.Tensor],
         grad: torch.Tensor,
         out: dict[str, torch.Tensor],
+        workspace: Workspace | None = None,
     ) -> None:
         """Back-propagate ``grad`` (d loss / d output, ``[N, B, out]``) through the forward pass that
         saved ``saved``, writing every parameter's gradient into ``out`` (from :meth:`views` of a
@@ -202,11 +256,16 @@ class StackedMLP:
         :param saved: from :meth:`forward` with ``keep=True``
         :param grad: the gradient of the loss with respect to the output
         :param out: the gradient views to write
+        :param workspace: buffers for the gradients between layers (``None``: new tensors)
         """
-        self._backward(params, saved, grad, out)
+        self._backward(params, saved, grad, out, workspace)
 
     def input_gradient(
-        self, params: dict[str, torch.Tensor], saved: list[torch.Tensor], grad: torch.Tensor
+        self,
+        params: dict[str, torch.Tensor],
+        saved: list[torch.Tensor],
+        grad: torch.Tensor,
+        workspace: Workspace | None = None,
     ) -> torch.Tensor:
         """d loss / d input (``[N, B, in]``) of the forward pass that saved ``saved``, given ``grad``
         (d loss / d output), without the parameters' gradients.
@@ -214,8 +273,10 @@ class StackedMLP:
         :param params: the parameters of the forward pass
         :param saved: from :meth:`forward` with ``keep=True``
         :param grad: the gradient of the loss with respect to the output
+        :param workspace: buffers for the gradients between layers, the result included (valid
+            until its next use; ``None``: new tensors)
         """
-        return self._backward(params, saved, grad, None)
+        return self._backward(params, saved, grad, None, workspace)
 
     @torch.no_grad()
     def _backward(
@@ -224,9 +285,11 @@ class StackedMLP:
         saved: list[torch.Tensor],
         grad: torch.Tensor,
         out: dict[str, torch.Tensor] | None,
+        workspace: Workspace | None,
     ) -> torch.Tensor:
         """Back-propagation: parameter gradients into ``out`` (``None``: none, and the input's
         gradient is returned), else the gradient at the first layer's output."""
+        own = False  # whether grad is a tensor this pass made (activations then work in place)
         for index in range(len(self.layers) - 1, -1, -1):
             layer, x, y = self.layers[index], saved[index], saved[index + 1]
             if isinstance(layer, _Linear):
@@ -234,13 +297,25 @@ class StackedMLP:
                     if layer.single:
                         out[layer.weight].copy_((grad * x).sum(dim=1).unsqueeze(1))
                     else:
-                        out[layer.weight].copy_(batched_matmul(grad.transpose(1, 2), x))
+                        batched_matmul(grad.transpose(1, 2), x, out=out[layer.weight])
                     if layer.bias is not None:
-                        out[layer.bias].copy_(grad.sum(dim=1))
+                        torch.sum(grad, dim=1, out=out[layer.bias])
                 if index > 0 or out is None:
-                    grad = batched_matmul(grad, params[layer.weight])
+                    weight = params[layer.weight]
+                    into = None
+                    if workspace is not None:
+                        into = workspace.take(
+                            ("backward", index), len(grad), grad.shape[1], weight.shape[2], grad.device
+                        )
+                    grad = batched_matmul(grad, weight, out=into)
+                    own = True
             elif isinstance(layer, nn.ReLU):  # autograd's own derivatives, from the layer's output
-                grad = torch.ops.aten.threshold_backward(grad, y, 0.0)
-            else:  # nn.Tanh
+                if own:
+                    grad = torch.ops.aten.threshold_backward.grad_input(grad, y, 0.0, grad_input=grad)
+                else:
+                    grad = torch.ops.aten.threshold_backward(grad, y, 0.0)
+            elif own:  # nn.Tanh
+                grad = torch.ops.aten.tanh_backward.grad_input(grad, y, grad_input=grad)
+            else:
                 grad = torch.ops.aten.tanh_backward(grad, y)
         return grad
