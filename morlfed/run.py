@@ -36,6 +36,8 @@ from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig
 from morlfed.interrupt import RunInterrupted
+from morlfed.parallelism import Parallelism
+from morlfed.parallelism import resolve as resolve_parallelism
 from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_point, sibling_source
 from morlfed.rundir import RunDirectory
 from morlfed.strategy import Strategy
@@ -65,6 +67,7 @@ class Plan:
     :param checkpoint_every: write a checkpoint after every k-th round (0: only on Ctrl-C)
     :param tracker: the experiment tracker's class (``logger=``)
     :param tracker_options: its options (``conf/logger/<name>.yaml`` without ``_target_``)
+    :param parallelism: the executor, workers and threads the run resolved (``auto`` settings)
     """
 
     task: Task
@@ -76,6 +79,7 @@ class Plan:
     checkpoint_every: int = 0
     tracker: type[Tracker] = Tracker
     tracker_options: dict[str, Any] = field(default_factory=dict)
+    parallelism: Parallelism = field(default_factory=lambda: Parallelism("sequential", 1, 1, 1))
 
     @property
     def name(self) -> str:
@@ -135,12 +139,23 @@ def build_plan(cfg: DictConfig) -> Plan:
     except Exception as exc:  # hydra wraps constructor errors in InstantiationException
         cause = exc.__cause__ or exc
         raise ConfigError(f"algo={choices['algo']}: {cause}") from exc
+    options = {k: v for k, v in cfg.executor.items() if k != "name"}
     try:
-        executor = make_executor(cfg.executor.name, **{k: v for k, v in cfg.executor.items() if k != "name"})
+        parallelism = resolve_parallelism(
+            cfg.executor.name, options.get("workers"), cfg.torch_threads, n, n * rounds * steps
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if cfg.executor.name == "auto":  # auto carries the process executor's options
+        options["workers"] = parallelism.workers
+        if parallelism.executor == "sequential":
+            options = {"client_timeout": options["client_timeout"]}
+    try:
+        executor = make_executor(parallelism.executor, **options)
     except (ValueError, TypeError, ImportError) as exc:
         raise ConfigError(f"executor: {exc}") from exc
     try:
-        faults = parse_faults(OmegaConf.to_container(cfg.faults, resolve=True), n, rounds, cfg.executor.name)
+        faults = parse_faults(OmegaConf.to_container(cfg.faults, resolve=True), n, rounds, parallelism.executor)
         if faults:
             task.check_fault_injection()
         Checkpointer(Path("."), cfg.checkpoint_every)  # validates checkpoint_every
@@ -158,13 +173,13 @@ def build_plan(cfg: DictConfig) -> Plan:
         eval_every=cfg.eval_every,
         round_metrics=kind.round_metrics,
     )
-    run = RunInfo(choices["algo"], fed.finetune, choices["dist"], fed)
-    options: dict[str, Any] = OmegaConf.to_container(cfg.logger, resolve=True)  # type: ignore[assignment]
+    run = RunInfo(choices["algo"], fed.finetune, choices["dist"], fed, parallelism=parallelism.record())
+    tracker_options: dict[str, Any] = OmegaConf.to_container(cfg.logger, resolve=True)  # type: ignore[assignment]
     try:
-        tracker = tracker_class(options.pop("_target_"), choices["logger"])
+        tracker = tracker_class(tracker_options.pop("_target_"), choices["logger"])
     except ImportError as exc:
         raise ConfigError(str(exc)) from exc
-    return Plan(task, fed, strategy, executor, run, faults, cfg.checkpoint_every, tracker, options)
+    return Plan(task, fed, strategy, executor, run, faults, cfg.checkpoint_every, tracker, tracker_options, parallelism)
 
 
 def _remove_new_run_dir(path: Path) -> None:
@@ -205,7 +220,7 @@ def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, 
     log.info("command line: %s", " ".join(hydra_cfg.overrides.task) or "(defaults)")
     log.info(
         "task=%s algo=%s finetune=%s dist=%s seed=%d n_clients=%d rounds=%d local_steps=%d participation=%g "
-        "eval_every=%d executor=%s logger=%s",
+        "eval_every=%d executor=%s workers=%s torch_threads=%d logger=%s",
         cfg.task.name,
         plan.run.algo,
         fed.finetune,
@@ -216,7 +231,9 @@ def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, 
         fed.local_steps,
         fed.participation,
         fed.eval_every,
-        cfg.executor.name,
+        plan.parallelism.executor,
+        plan.parallelism.workers,
+        plan.parallelism.torch_threads,
         hydra_cfg.runtime.choices["logger"],
     )
     if checkpoint is not None:
@@ -274,7 +291,7 @@ def main(cfg: DictConfig) -> dict | None:
         for path in sorted(source.glob("similarity_*.npy")):
             if int(path.stem.removeprefix("similarity_")) <= shared:
                 run_dir.write_npy(path.name, np.load(path))
-    factory = plan.task.client_factory(plan.fed, cfg.torch_threads)
+    factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
     plan.executor.start(FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients)
     try:
         before_last = (plan.fed.rounds - 1,) if cfg.branch_siblings else ()  # what a sibling branches from

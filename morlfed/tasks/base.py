@@ -11,7 +11,7 @@ and, after the federation, to write and print its results. A new task is a new f
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,6 +30,8 @@ class RunInfo:
     :param dist: the ``dist`` option
     :param fed: the loop's settings (seed, clients, rounds, local steps)
     :param branched_from: the run this one branched from, if any
+    :param parallelism: the executor, workers, torch threads and cores the run used
+        (:meth:`morlfed.parallelism.Parallelism.record`)
     """
 
     algo: str
@@ -37,6 +39,7 @@ class RunInfo:
     dist: str
     fed: FederationConfig
     branched_from: Path | None = None
+    parallelism: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -45,12 +48,13 @@ class RunInfo:
 
     def fields(self, **task_fields: Any) -> dict[str, Any]:
         """The identity as stored first in ``metrics.json``: algo, finetune, label, the task's own
-        fields (environment, dataset, ...), dist, seed, clients, rounds, local steps."""
+        fields (environment, dataset, ...), dist, seed, clients, rounds, local steps, then the
+        executor, workers, torch threads and cores the run used."""
         fed = self.fed
         out = {"algo": self.algo, "finetune": self.finetune, "label": self.label, **task_fields}
         out |= {"dist": self.dist, "seed": fed.seed, "n_clients": fed.n_clients, "rounds": fed.rounds}
         out["local_steps"] = fed.local_steps
-        return out
+        return out | self.parallelism
 
     def branched(self) -> dict[str, str]:
         """``{"branched_from": path}`` for a branched run, else empty."""

@@ -1,0 +1,111 @@
+"""How a run uses the machine's cores: ``executor=auto`` and ``torch_threads=auto``.
+
+A run with no flags uses every core it may run on (``os.sched_getaffinity``: a Slurm or
+``taskset`` allocation counts, not the machine's total). Two ways exist to spread a run over cores:
+torch's intra-op threads inside one process, or worker processes that each own a share of the
+clients. Workers win for morlfed's clients (``bench/cores.py`` measures both): a worker also
+steps its clients' environments, which threads cannot share, and a worker's results do not
+depend on how the clients are spread over workers, bit for bit, while multi-threaded reductions
+may round differently with another thread count. So:
+
+* ``executor=auto`` runs ``process`` workers, one per core (at most one per client) with one torch
+  thread each, when the run is long enough to repay their start (``MIN_PARALLEL_STEPS`` env steps
+  in all; a worker spends a few seconds importing torch and SB3); a shorter run stays in this
+  process, on one thread.
+* ``torch_threads=auto`` with an explicit executor gives each worker its share of the cores:
+  every core under ``executor=sequential``, one per worker when ``process`` workers fill the cores.
+
+Intra-op threads are never auto's choice, for a measured reason besides speed: on a machine
+whose cores are busy with other work, torch's threads wait on each other; a short mo-lunar-lander
+run took 25 times longer with 2 threads than with 1 while other jobs loaded both cores.
+
+Explicit settings always win: ``executor=sequential``, ``executor.workers=N``,
+``torch_threads=N``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+#: Env steps of a whole run (clients x rounds x local steps) from which ``executor=auto`` starts
+#: worker processes: below it, their start (importing torch and SB3 in each, a few seconds) costs
+#: more than the second core saves.
+MIN_PARALLEL_STEPS = 200_000
+#: The executors whose ``workers`` option places clients on separate processes or actors.
+_WORKER_EXECUTORS = ("process", "ray")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform reports it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """A run's resolved use of the cores.
+
+    :param executor: ``sequential``, ``process`` or ``ray``
+    :param workers: worker processes (or Ray actors) holding clients; 1 for ``sequential``;
+        ``None`` where a Ray cluster decides
+    :param torch_threads: torch intra-op threads in each worker
+    :param cores: the cores the run may use on this machine
+    """
+
+    executor: str
+    workers: int | None
+    torch_threads: int
+    cores: int
+
+    def record(self) -> dict[str, Any]:
+        """The fields ``metrics.json`` records."""
+        return {
+            "executor": self.executor,
+            "workers": self.workers,
+            "torch_threads": self.torch_threads,
+            "cores": self.cores,
+        }
+
+
+def parse_threads(value: Any) -> int | None:
+    """``torch_threads`` as a positive integer, ``None`` for ``auto``.
+
+    :param value: the configured value
+    :raises ValueError: anything else
+    """
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"torch_threads must be a positive integer or auto (every core), got {value!r}")
+    return value
+
+
+def resolve(
+    executor: str, workers: int | None, torch_threads: Any, n_clients: int, total_steps: int, cores: int | None = None
+) -> Parallelism:
+    """The executor, worker count and threads a run uses (see the module docstring).
+
+    :param executor: the ``executor`` option (``auto``, ``sequential``, ``process``, ``ray``)
+    :param workers: its ``workers`` option (``None``: its default)
+    :param torch_threads: the ``torch_threads`` setting (a positive integer or ``auto``)
+    :param n_clients: clients of the run
+    :param total_steps: env steps of the whole run (clients x rounds x local steps)
+    :param cores: the usable cores (default: :func:`available_cores`)
+    """
+    cores = available_cores() if cores is None else cores
+    threads = parse_threads(torch_threads)
+    if executor == "auto":
+        parallel = cores > 1 and n_clients > 1 and total_steps >= MIN_PARALLEL_STEPS
+        executor = "process" if parallel else "sequential"
+        if threads is None:  # auto's workers take one core each; a run too short for them takes one
+            threads = 1
+    if executor == "sequential":
+        workers = 1
+    elif executor == "process":
+        workers = min(workers or cores, n_clients)
+    if threads is None:
+        threads = max(1, cores // workers) if workers else 1
+    return Parallelism(executor, workers, threads, cores)

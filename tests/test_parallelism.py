@@ -1,0 +1,82 @@
+"""executor=auto and torch_threads=auto: every core by default, and what the core count changes
+(nothing in the results: docs/engines.md, "Cores")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import CliRunner
+
+from morlfed.parallelism import MIN_PARALLEL_STEPS, Parallelism, resolve
+
+LONG = MIN_PARALLEL_STEPS  # a run just long enough for worker processes
+
+
+def test_auto_puts_one_single_threaded_worker_on_every_core_for_a_long_run() -> None:
+    assert resolve("auto", None, "auto", n_clients=10, total_steps=LONG, cores=2) == Parallelism("process", 2, 1, 2)
+    # at most one worker per client
+    assert resolve("auto", None, "auto", n_clients=3, total_steps=LONG, cores=8) == Parallelism("process", 3, 1, 8)
+
+
+def test_auto_keeps_a_short_run_or_a_single_core_in_one_single_threaded_process() -> None:
+    assert resolve("auto", None, "auto", n_clients=10, total_steps=LONG - 1, cores=2) == Parallelism(
+        "sequential", 1, 1, 2
+    )
+    assert resolve("auto", None, "auto", n_clients=10, total_steps=10 * LONG, cores=1) == Parallelism(
+        "sequential", 1, 1, 1
+    )
+    assert resolve("auto", None, "auto", n_clients=1, total_steps=10 * LONG, cores=4).executor == "sequential"
+
+
+def test_explicit_settings_win() -> None:
+    # an explicit executor: auto threads share the cores among its workers
+    assert resolve("sequential", None, "auto", 10, LONG, cores=4) == Parallelism("sequential", 1, 4, 4)
+    assert resolve("process", None, "auto", 10, LONG, cores=4) == Parallelism("process", 4, 1, 4)
+    assert resolve("process", 2, "auto", 10, LONG, cores=4) == Parallelism("process", 2, 2, 4)
+    # explicit threads and workers
+    assert resolve("auto", 3, 5, 10, LONG, cores=2) == Parallelism("process", 3, 5, 2)
+    assert resolve("sequential", None, 3, 10, LONG, cores=2) == Parallelism("sequential", 1, 3, 2)
+    # a Ray cluster sizes itself
+    assert resolve("ray", None, "auto", 10, LONG, cores=2) == Parallelism("ray", None, 1, 2)
+
+
+@pytest.mark.parametrize("value", ["two", 0, -1, True, 1.5])
+def test_torch_threads_must_be_a_positive_integer_or_auto(value: object) -> None:
+    with pytest.raises(ValueError, match=r"torch_threads must be a positive integer or auto .*got"):
+        resolve("auto", None, value, 10, LONG, cores=2)
+
+
+@pytest.mark.parametrize("value", ["two", "0"])
+def test_the_cli_refuses_a_bad_torch_threads_before_anything_runs(
+    morlfed_cli: CliRunner, tmp_path: Path, value: str
+) -> None:
+    done = morlfed_cli([f"torch_threads={value}", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert done.returncode == 2
+    assert "torch_threads must be a positive integer or auto" in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _run(morlfed_cli: CliRunner, path: Path, *overrides: str) -> dict:
+    """A tiny mo-lunar-lander run (256-unit networks: large enough for torch to use its threads)."""
+    args = ["env=mo-lunar-lander", "n_clients=2", "rounds=1", "local_steps=200", "env.eval_episodes=1"]
+    done = morlfed_cli([*args, *overrides, "progress=false", f"hydra.run.dir={path}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("engine", ["sb3", "vectorised"])
+def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path, engine: str) -> None:
+    """The promise of docs/engines.md: one thread, two threads and two worker processes train
+    the same models, bit for bit; metrics.json records what each run used."""
+    one = _run(morlfed_cli, tmp_path / "one", f"engine={engine}", "executor=sequential", "torch_threads=1")
+    two = _run(morlfed_cli, tmp_path / "two", f"engine={engine}", "executor=sequential", "torch_threads=2")
+    split = _run(morlfed_cli, tmp_path / "split", f"engine={engine}", "executor=process", "executor.workers=2")
+    assert (one["executor"], one["workers"], one["torch_threads"]) == ("sequential", 1, 1)
+    assert (two["executor"], two["workers"], two["torch_threads"]) == ("sequential", 1, 2)
+    assert (split["executor"], split["workers"]) == ("process", 2)
+    assert one["engine"] == two["engine"] == split["engine"] == engine
+    final = (tmp_path / "one" / "final.csv").read_bytes()
+    assert (tmp_path / "two" / "final.csv").read_bytes() == final
+    assert (tmp_path / "split" / "final.csv").read_bytes() == final
