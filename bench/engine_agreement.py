@@ -44,7 +44,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -57,7 +56,10 @@ ENGINES = ("sb3", "vectorised")
 #: reported). A reduced budget keeps the spec's clients and learning settings and ends far past the
 #: exploration phase (epsilon's decay covers ``exploration_fraction`` of the client's budget).
 BUDGETS: dict[str, dict[str, list[str]]] = {
-    "deep-sea-treasure": {"reduced": ["n_clients=5", "rounds=20", "local_steps=1000", "eval_every=4"], "full": ["eval_every=4"]},
+    "deep-sea-treasure": {
+        "reduced": ["n_clients=5", "rounds=20", "local_steps=1000", "eval_every=4"],
+        "full": ["eval_every=4"],
+    },
     "minecart": {"reduced": ["rounds=10", "local_steps=5000", "eval_every=2"], "full": ["eval_every=10"]},
     "mo-lunar-lander": {"reduced": ["rounds=5", "local_steps=5000", "eval_every=1"], "full": ["eval_every=4"]},
 }

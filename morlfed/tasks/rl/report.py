@@ -25,10 +25,12 @@ def write_results(
     outcome: FederationOutcome,
     run: RunInfo,
     engine: str,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.
 
     :param engine: the engine that trained the clients (recorded in ``metrics.json``)
+    :param precision: the engine's arithmetic (recorded in ``metrics.json``)
     """
     m = len(spec.objectives)
     cids = sorted(outcome.evaluations)
@@ -57,7 +59,7 @@ def write_results(
         title=f"{spec.name} / {run.label} / {run.dist} / seed {run.fed.seed} (discounted returns, gamma {spec.gamma:g})",
     )
     metrics = {
-        **run.fields(env=spec.name, engine=engine),
+        **run.fields(env=spec.name, engine=engine, precision=precision),
         "wall_time_s": round(outcome.seconds, 2),
         "inert_warning": outcome.inert_warning,
         **run.branched(),

@@ -19,6 +19,7 @@ from morlfed.seeding import generator
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.vectorised.dqn import PRECISIONS
 
 
 def _sb3_factory() -> type:
@@ -55,6 +56,8 @@ class RLTask(Task):
         ``vectorised`` (all of them as one batched computation) or ``auto`` (the env spec's
         ``engine``: ``vectorised`` where it is validated against ``sb3``)
     :param device: the torch device of the clients' networks (``cpu`` or ``cuda``)
+    :param precision: the vectorised engine's arithmetic: ``fp32`` or ``bf16`` (bfloat16 matrix
+        products; refused with ``sb3``)
     """
 
     name = "rl"
@@ -63,11 +66,21 @@ class RLTask(Task):
     dist_kind = "preference distribution"
     dist_use = "draws preferences with"
 
-    def __init__(self, spec: EnvSpec, preferences: np.ndarray, engine: str = "sb3", device: str = "cpu") -> None:
+    def __init__(
+        self, spec: EnvSpec, preferences: np.ndarray, engine: str = "sb3", device: str = "cpu", precision: str = "fp32"
+    ) -> None:
         if engine == "auto":
             engine = spec.engine
         if engine not in ENGINES:
             raise ValueError(f"engine={engine} is not an engine; valid: auto, {', '.join(ENGINES)}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision != "fp32" and (engine != "vectorised" or spec.agent != "dqn"):
+            raise ValueError(
+                f"precision={precision} is implemented by the vectorised engine's DQN; this run has "
+                f"engine={engine} (env {spec.name}, agent {spec.agent}): add engine=vectorised, or precision=fp32"
+            )
+        self.precision = precision
         #: the engine that trains the clients (``auto`` resolved)
         self.engine = engine
         self.spec, self.preferences, self.device = spec, preferences, device
@@ -86,7 +99,7 @@ class RLTask(Task):
             prefs = sample_preferences(name, n_clients, len(spec.objectives), generator(seed, "preferences"), **dist)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"dist: {exc}") from exc
-        return cls(spec, prefs, cfg.engine.name, resolve_device(cfg.device))
+        return cls(spec, prefs, cfg.engine.name, resolve_device(cfg.device), cfg.precision)
 
     def describe(self) -> str:
         return self.spec.name
@@ -111,10 +124,11 @@ class RLTask(Task):
         :class:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory`."""
         total = fed.rounds * fed.local_steps
         factory = ENGINES[self.engine]()
-        return factory(self.spec, self.preferences, fed.seed, total, torch_threads, self.device)
+        extra = {"precision": self.precision} if self.engine == "vectorised" else {}
+        return factory(self.spec, self.preferences, fed.seed, total, torch_threads, self.device, **extra)
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
-        return report.write_results(run_dir, self.spec, self.preferences, outcome, run, self.engine)
+        return report.write_results(run_dir, self.spec, self.preferences, outcome, run, self.engine, self.precision)
 
     def print_summary(self, outcome: FederationOutcome, metrics: dict[str, Any], path: Path) -> None:
         report.print_summary(self.preferences, outcome, metrics, path)

@@ -35,6 +35,9 @@ from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
 
+#: The arithmetic of a gradient step: float32 throughout, or bfloat16 matrix products.
+PRECISIONS = ("fp32", "bf16")
+
 
 class StackedDQN(StackedLearner):
     """N copies of an SB3 DQN's online and target Q-networks and Adam optimisers.
@@ -49,11 +52,14 @@ class StackedDQN(StackedLearner):
         architecture and parameters (every client starts from them), ``gamma``, ``tau``,
         ``max_grad_norm``, ``target_update_interval`` and the policy optimiser's settings
     :param device: torch device of the stacked parameters and of every update
+    :param precision: ``fp32`` (SB3's arithmetic) or ``bf16``: the matrix products of a gradient
+        step in bfloat16 (mixed precision: parameters, gradients, loss and Adam stay float32;
+        each step casts the networks once, products and activations are bfloat16)
     """
 
     counts_calls = True
 
-    def __init__(self, n: int, agent: OffPolicyAlgorithm, device: str = "cpu") -> None:
+    def __init__(self, n: int, agent: OffPolicyAlgorithm, device: str = "cpu", precision: str = "fp32") -> None:
         if not isinstance(agent, DQN):
             raise TypeError(f"StackedDQN mirrors an SB3 DQN, got {type(agent).__name__}")
         if agent.n_steps != 1 or agent.n_envs != 1:
@@ -72,7 +78,9 @@ class StackedDQN(StackedLearner):
             raise ValueError(
                 "the vectorised DQN supports SB3's default optimiser: Adam without weight decay or amsgrad"
             )
-        self.n, self.device = n, torch.device(device)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.n, self.device, self.precision = n, torch.device(device), precision
         self._layout = layout_of({"q_net": q_net})
         self.mlp = StackedMLP(q_net.q_net, "q_net.q_net.", self._layout)
         self.gamma, self.tau, self.max_grad_norm = float(agent.gamma), float(agent.tau), float(agent.max_grad_norm)
@@ -87,6 +95,16 @@ class StackedDQN(StackedLearner):
         self._online_views = self.mlp.views(self.online)
         self._target_views = self.mlp.views(self.target)
         self._grad_views = self.mlp.views(self.online.grad)
+        #: bf16: the gradient step's low-precision copies of the online and target networks, one
+        #: dense ``[N, *shape]`` tensor per parameter (oneDNN's bfloat16 products copy an operand
+        #: whose clients are not laid out densely); the target's is refreshed only when it changed
+        self._low: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
+        self._low_target_stale = True
+        if precision == "bf16":
+            self._low = tuple(  # type: ignore[assignment]
+                {k: v.to(torch.bfloat16, memory_format=torch.contiguous_format) for k, v in views.items()}
+                for views in (self._online_views, self._target_views)
+            )
         cpu = self.device.type == "cpu"
         self._online_numpy = {k: v.numpy() for k, v in self._online_views.items()} if cpu else None
         beta1, beta2 = defaults["betas"]
@@ -111,6 +129,7 @@ class StackedDQN(StackedLearner):
             raise ValueError(f"expected a parameter vector of shape ({self._layout.dim},), got {tuple(flat.shape)}")
         self.online[i] = flat
         self.target[i] = flat
+        self._low_target_stale = True
 
     def q_values(self, observations: torch.Tensor, target: bool = False) -> torch.Tensor:
         """Every client's Q-values for a batch of observations each (``[N, B, obs_dim]`` ->
@@ -136,18 +155,27 @@ class StackedDQN(StackedLearner):
         """One ``DQN.train(gradient_steps=1)`` step for the clients where ``mask`` is true (see the
         module docstring); returns the per-client Huber ``loss`` (``[N]``)."""
         ws = self._workspaces
-        next_x = batch.next_observations.to(self.device).float().flatten(2)
-        next_q = self.mlp.forward(self._target_views, next_x, workspace=ws["target"])[0].max(dim=2).values.unsqueeze(2)
-        target_q = batch.rewards + (1 - batch.dones) * self.gamma * next_q
-        x = batch.observations.to(self.device).float().flatten(2)
-        q, saved = self.mlp.forward(self._online_views, x, keep=True, workspace=ws["online"])
+        online_views, target_views, dtype = self._online_views, self._target_views, torch.float32
+        if self._low is not None:
+            for name, low in self._low[0].items():
+                low.copy_(self._online_views[name])
+            if self._low_target_stale:
+                for name, low in self._low[1].items():
+                    low.copy_(self._target_views[name])
+                self._low_target_stale = False
+            (online_views, target_views), dtype = self._low, torch.bfloat16
+        next_x = batch.next_observations.to(self.device, dtype).flatten(2)
+        next_q = self.mlp.forward(target_views, next_x, workspace=ws["target"])[0].max(dim=2).values.unsqueeze(2)
+        target_q = batch.rewards + (1 - batch.dones) * self.gamma * next_q.float()
+        x = batch.observations.to(self.device, dtype).flatten(2)
+        q, saved = self.mlp.forward(online_views, x, keep=True, workspace=ws["online"])
         actions = batch.actions.long()
-        current = torch.gather(q, dim=2, index=actions)
+        current = torch.gather(q, dim=2, index=actions).float()
         loss = F.smooth_l1_loss(current, target_q, reduction="none").mean(dim=(1, 2))
         # d mean(smooth_l1) / d current, scattered back onto the taken actions (gather's backward)
         delta = (current - target_q).clamp(-1.0, 1.0) * (1.0 / current.shape[1])
-        d_q = torch.zeros_like(q).scatter_(2, actions, delta)
-        self.mlp.backward(self._online_views, saved, d_q, self._grad_views, workspace=ws["backward"])
+        d_q = torch.zeros_like(q).scatter_(2, actions, delta.to(dtype))
+        self.mlp.backward(online_views, saved, d_q, self._grad_views, workspace=ws["backward"])
         grad: torch.Tensor = self.online.grad  # type: ignore[assignment]
         # clip_grad_norm_(max_grad_norm) per client, over that client's parameters only; a factor
         # of 1 changes nothing, so on the CPU the pass is skipped when no client is clipped
@@ -168,6 +196,7 @@ class StackedDQN(StackedLearner):
             return
         on = torch.from_numpy(due).to(self.device).unsqueeze(1)
         self.target.copy_(torch.where(on, self.target.mul(1 - self.tau).add(self.online, alpha=self.tau), self.target))
+        self._low_target_stale = True
 
     def optimiser_state(self, i: int) -> dict[str, Any]:
         """Client ``i``'s Adam state (step count and moments; an independent copy)."""

@@ -51,7 +51,7 @@ MONITOR_RECORDS = ("episode_returns", "episode_lengths", "episode_times", "total
 
 
 def stacked_algorithm(
-    spec: EnvSpec, n: int, seed: int, total_steps: int, device: str
+    spec: EnvSpec, n: int, seed: int, total_steps: int, device: str, precision: str = "fp32"
 ) -> tuple[OffPolicyAlgorithm, StackedLearner, Exploration]:
     """The SB3 agent the SB3 client builds for ``spec`` (the template: networks, initial
     parameters, hyper-parameters), ``n`` stacked copies of its networks and its exploration.
@@ -61,7 +61,10 @@ def stacked_algorithm(
     :param seed: the run's root seed (the shared init seed derives from it)
     :param total_steps: each client's whole budget (DQN's epsilon schedule)
     :param device: torch device of the stacked networks
+    :param precision: ``fp32``, or ``bf16`` for bfloat16 matrix products (DQN only)
     """
+    if precision != "fp32" and spec.agent != "dqn":
+        raise ValueError(f"precision={precision} is implemented for DQN agents; env {spec.name} uses {spec.agent}")
     if spec.agent not in AGENTS:
         raise ValueError(
             f"the vectorised engine trains {' and '.join(AGENTS)} agents; env {spec.name} uses {spec.agent}"
@@ -69,7 +72,7 @@ def stacked_algorithm(
     env = make_train_env(spec, np.full(len(spec.objectives), 1 / len(spec.objectives)), seed=None)
     agent = template_agent(spec, env, seed)
     if isinstance(agent, DQN):
-        learner: StackedLearner = StackedDQN(n, agent, device)
+        learner: StackedLearner = StackedDQN(n, agent, device, precision)
         return agent, learner, EpsilonGreedy.of(agent, learner, total_steps)
     assert isinstance(agent, DDPG), f"agent {spec.agent!r} built a {type(agent).__name__}"
     learner = StackedDDPG(n, agent, device)
@@ -102,6 +105,8 @@ class VectorisedClients(RLFitReport, ClientBase):
     :param torch_threads: torch intra-op threads
     :param device: ``"cpu"`` or ``"cuda"``: where the stacked networks, replay and updates live
         (envs and evaluation run on the CPU)
+    :param precision: the gradient step's arithmetic: ``fp32`` or ``bf16`` (DQN's matrix products
+        in bfloat16; :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`)
     """
 
     def __init__(
@@ -113,6 +118,7 @@ class VectorisedClients(RLFitReport, ClientBase):
         total_steps: int,
         torch_threads: int = 1,
         device: str = "cpu",
+        precision: str = "fp32",
     ) -> None:
         super().__init__()
         if not cids or len(set(cids)) != len(cids):
@@ -128,7 +134,7 @@ class VectorisedClients(RLFitReport, ClientBase):
         ]
         self.eval_envs = [make_eval_env(spec, seed=derive_seed(seed, "eval-env", cid)) for cid in self.cids]
         n = len(self.cids)
-        agent, self.learner, self.exploration = stacked_algorithm(spec, n, seed, total_steps, device)
+        agent, self.learner, self.exploration = stacked_algorithm(spec, n, seed, total_steps, device, precision)
         obs_dim = int(np.prod(agent.observation_space.shape))  # type: ignore[arg-type]
         x = self.exploration
         self.replay = StackedReplay(n, int(agent.buffer_size), obs_dim, x.action_dim, x.discrete, device=device)

@@ -68,7 +68,13 @@ class VectorisedClient:
 class VectorisedClientFactory(RLClientFactory):
     """Builds the vectorised engine's hosts (and single clients) from the same fields as the SB3
     engine's :class:`~morlfed.tasks.rl.client.RLClientFactory`; picklable, so worker processes
-    build their own. ``torch_threads`` are per worker here."""
+    build their own. ``torch_threads`` are per worker here.
+
+    :param precision: the gradient step's arithmetic, ``fp32`` or ``bf16`` (after the SB3
+        factory's fields)
+    """
+
+    precision: str = "fp32"
 
     def engine(self, cids: list[int]) -> VectorisedClients:
         """An engine owning clients ``cids``.
@@ -76,7 +82,14 @@ class VectorisedClientFactory(RLClientFactory):
         :param cids: the client ids
         """
         return VectorisedClients(
-            cids, self.spec, self.preferences, self.seed, self.total_steps, self.torch_threads, self.device
+            cids,
+            self.spec,
+            self.preferences,
+            self.seed,
+            self.total_steps,
+            self.torch_threads,
+            self.device,
+            self.precision,
         )
 
     def make_host(self, cids: list[int], timeout: float | None) -> VectorisedHost:

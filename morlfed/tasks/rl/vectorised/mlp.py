@@ -38,19 +38,24 @@ ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.Tanh)
 _ALIGN = 16
 
 
-def _padded(width: int) -> int:
-    return -(-width // _ALIGN) * _ALIGN
+def _padded(width: int, dtype: torch.dtype = torch.float32) -> int:
+    """``width`` rounded up to a whole number of 64-byte blocks of ``dtype``."""
+    align = 4 * _ALIGN // dtype.itemsize
+    return -(-width // align) * align
 
 
-def aligned_rows(n: int, width: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """A zero ``[n, width]`` float32 tensor whose rows start on 64-byte boundaries (a view of
-    ``[n, width]`` rounded up to 16 columns).
+def aligned_rows(
+    n: int, width: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """A zero ``[n, width]`` tensor whose rows start on 64-byte boundaries (a view of ``[n, width]``
+    rounded up to 64 bytes: 16 float32 columns).
 
     :param n: number of rows (clients)
     :param width: row length
     :param device: torch device
+    :param dtype: element type
     """
-    return torch.zeros(n, _padded(width), device=device)[:, :width]
+    return torch.zeros(n, _padded(width, dtype), device=device, dtype=dtype)[:, :width]
 
 
 def select_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
@@ -66,17 +71,17 @@ def select_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
     return whole.index_select(0, index)[:, : rows.shape[1]]
 
 
-def _aligned_empty(k: int, n: int, m: int, device: torch.device) -> torch.Tensor:
-    """An uninitialised ``[k, n, m]`` float32 tensor whose ``[n, m]`` blocks start on 64-byte
-    boundaries."""
-    if (n * m) % _ALIGN == 0:
-        return torch.empty(k, n, m, device=device)
-    return torch.empty(k, _padded(n * m), device=device)[:, : n * m].view(k, n, m)
+def _aligned_empty(k: int, n: int, m: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """An uninitialised ``[k, n, m]`` tensor whose ``[n, m]`` blocks start on 64-byte boundaries."""
+    if (n * m) % (4 * _ALIGN // dtype.itemsize) == 0:
+        return torch.empty(k, n, m, device=device, dtype=dtype)
+    return torch.empty(k, _padded(n * m, dtype), device=device, dtype=dtype)[:, : n * m].view(k, n, m)
 
 
 def _is_aligned(t: torch.Tensor) -> bool:
     """Whether every client's ``[n, m]`` block of ``t`` starts on a 64-byte boundary."""
-    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % _ALIGN == 0)
+    align = 4 * _ALIGN // t.dtype.itemsize
+    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % align == 0)
 
 
 def _uniform(t: torch.Tensor) -> torch.Tensor:
@@ -84,7 +89,7 @@ def _uniform(t: torch.Tensor) -> torch.Tensor:
     if _is_aligned(t):
         return t
     k, n, m = t.shape
-    return _aligned_empty(k, n, m, t.device).copy_(t)
+    return _aligned_empty(k, n, m, t.device, t.dtype).copy_(t)
 
 
 class Workspace:
@@ -100,18 +105,17 @@ class Workspace:
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, int], torch.Tensor] = {}
 
-    def take(self, key: tuple[str, int], k: int, n: int, m: int, device: torch.device) -> torch.Tensor:
-        """The buffer for ``key`` as an uninitialised ``[k, n, m]`` float32 tensor with aligned blocks.
+    def take(self, key: tuple[str, int], like: torch.Tensor, n: int, m: int) -> torch.Tensor:
+        """The buffer for ``key`` as an uninitialised ``[k, n, m]`` tensor with aligned blocks.
 
         :param key: the use and the layer index
-        :param k: number of clients
+        :param like: a ``[k, ...]`` tensor whose client count, device and dtype the buffer takes
         :param n: rows of each client's block
         :param m: columns of each client's block
-        :param device: torch device
         """
-        buffer = self._buffers.get(key)
-        if buffer is None or buffer.shape != (k, n, m) or buffer.device != device:
-            buffer = self._buffers[key] = _aligned_empty(k, n, m, device)
+        k, buffer = len(like), self._buffers.get(key)
+        if buffer is None or buffer.shape != (k, n, m) or buffer.device != like.device or buffer.dtype != like.dtype:
+            buffer = self._buffers[key] = _aligned_empty(k, n, m, like.device, like.dtype)
         return buffer
 
 
@@ -125,14 +129,16 @@ def batched_matmul(
     :param b: right operands
     :param bias: added to every row of the products (``None``: nothing)
     :param out: where to write the products (``[N, n, p]``; a strided view such as a layer's rows
-        of a gradient buffer is written in place when its blocks are aligned, else through a copy);
-        ``None``: a new tensor
+        of a gradient buffer is written in place when its blocks are aligned and its dtype is the
+        operands', else through a copy); ``None``: a new tensor
     """
     if a.device.type == "cpu":
         a, b = _uniform(a), _uniform(b)
-    target = out
+    target = out if out is None or out.dtype == a.dtype else None
     if a.device.type == "cpu" and (target is None or not _is_aligned(target)):
-        target = _aligned_empty(a.shape[0], a.shape[1], b.shape[2], a.device)
+        target = _aligned_empty(a.shape[0], a.shape[1], b.shape[2], a.device, a.dtype)
+    elif target is None:
+        target = torch.empty(a.shape[0], a.shape[1], b.shape[2], device=a.device, dtype=a.dtype)
     result = torch.bmm(a, b, out=target) if bias is None else torch.baddbmm(bias.unsqueeze(1), a, b, out=target)
     if out is not None and result.data_ptr() != out.data_ptr():
         out.copy_(result)
@@ -210,7 +216,7 @@ class StackedMLP:
                 weight = params[layer.weight]
                 out = None
                 if workspace is not None:
-                    out = workspace.take(("forward", index), len(x), x.shape[1], weight.shape[1], x.device)
+                    out = workspace.take(("forward", index), x, x.shape[1], weight.shape[1])
                 x = batched_matmul(x, weight.transpose(1, 2), bias, out)
             elif own:  # backward reads an activation's output only, so its input may be overwritten
                 x = x.clamp_min_(0.0) if isinstance(layer, nn.ReLU) else x.tanh_()
@@ -298,15 +304,15 @@ class StackedMLP:
                         out[layer.weight].copy_((grad * x).sum(dim=1).unsqueeze(1))
                     else:
                         batched_matmul(grad.transpose(1, 2), x, out=out[layer.weight])
-                    if layer.bias is not None:
+                    if layer.bias is not None and grad.dtype == out[layer.bias].dtype:
                         torch.sum(grad, dim=1, out=out[layer.bias])
+                    elif layer.bias is not None:  # a low-precision pass
+                        out[layer.bias].copy_(grad.sum(dim=1))
                 if index > 0 or out is None:
                     weight = params[layer.weight]
                     into = None
                     if workspace is not None:
-                        into = workspace.take(
-                            ("backward", index), len(grad), grad.shape[1], weight.shape[2], grad.device
-                        )
+                        into = workspace.take(("backward", index), grad, grad.shape[1], weight.shape[2])
                     grad = batched_matmul(grad, weight, out=into)
                     own = True
             elif isinstance(layer, nn.ReLU):  # autograd's own derivatives, from the layer's output

@@ -1,0 +1,106 @@
+"""precision=bf16: the vectorised DQN's matrix products in bfloat16 (mixed precision), refused where
+it is not implemented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import CliRunner
+
+from morlfed.envs import get_spec
+from morlfed.tasks.rl.vectorised.dqn import StackedDQN
+from morlfed.tasks.rl.vectorised.engine import stacked_algorithm
+from morlfed.tasks.rl.vectorised.learner import Batch
+
+
+def _learner(precision: str) -> StackedDQN:
+    _, learner, _ = stacked_algorithm(get_spec("mo-lunar-lander"), 3, 0, 10_000, "cpu", precision)
+    assert isinstance(learner, StackedDQN)
+    return learner
+
+
+def _batch(n: int, size: int, seed: int) -> Batch:
+    rng = np.random.default_rng(seed)
+    f = lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32))  # noqa: E731
+    return Batch(
+        observations=f(n, size, 8),
+        actions=torch.from_numpy(rng.integers(0, 4, (n, size, 1))),
+        next_observations=f(n, size, 8),
+        dones=torch.from_numpy((rng.random((n, size, 1)) < 0.1).astype(np.float32)),
+        rewards=f(n, size, 1),
+    )
+
+
+def test_a_bf16_step_follows_the_fp32_step() -> None:
+    """The same clients, parameters and batches: bfloat16 products give the fp32 losses to a
+    bfloat16 rounding and move the parameters the same way."""
+    fp32, bf16 = _learner("fp32"), _learner("bf16")
+    start = fp32.online.clone()
+    mask, mu, centre = torch.ones(3, dtype=torch.bool), torch.zeros(3), torch.zeros(3, fp32.layout.dim)
+    for step in range(3):
+        batch = _batch(3, 64, step)
+        loss32 = fp32.gradient_step(batch, mask, mu, centre)["loss"]
+        loss16 = bf16.gradient_step(batch, mask, mu, centre)["loss"]
+        torch.testing.assert_close(loss16, loss32, rtol=2e-2, atol=1e-3)
+    assert bf16.online.dtype == torch.float32  # the parameters Adam updates stay float32
+    moved32, moved16 = fp32.online - start, bf16.online - start
+    cosine = torch.nn.functional.cosine_similarity(moved32, moved16, dim=1)
+    assert bool((cosine > 0.95).all()), cosine
+
+
+def test_a_client_outside_the_mask_is_left_exactly_as_it_is() -> None:
+    learner = _learner("bf16")
+    before = learner.online.clone()
+    mask = torch.tensor([True, False, True])
+    learner.gradient_step(_batch(3, 64, 0), mask, torch.zeros(3), torch.zeros(3, learner.layout.dim))
+    assert torch.equal(learner.online[1], before[1])
+    assert not torch.equal(learner.online[0], before[0])
+
+
+def test_a_loaded_model_reaches_the_next_bf16_step() -> None:
+    """The low-precision copies follow load(): a client given new parameters is stepped from them."""
+    a, b = _learner("bf16"), _learner("bf16")
+    flat = torch.randn(a.layout.dim) * 0.05
+    for learner in (a, b):
+        learner.load(1, flat)
+    mask, mu, centre = torch.ones(3, dtype=torch.bool), torch.zeros(3), torch.zeros(3, a.layout.dim)
+    a.gradient_step(_batch(3, 64, 0), mask, mu, centre)  # a's copies were made before the load
+    fresh = _learner("bf16")
+    fresh.load(1, flat)
+    fresh.gradient_step(_batch(3, 64, 0), mask, mu, centre)
+    assert torch.equal(a.online[1], fresh.online[1])
+
+
+def test_an_unknown_precision_or_a_ddpg_learner_is_refused() -> None:
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        _learner("fp16")
+    with pytest.raises(ValueError, match="precision=bf16 is implemented for DQN agents"):
+        stacked_algorithm(get_spec("mo-lunar-lander-continuous"), 2, 0, 1000, "cpu", "bf16")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["precision=bf16", "engine=sb3"], "precision=bf16 is implemented by the vectorised engine's DQN"),
+        (["precision=fp16"], "precision must be one of fp32, bf16"),
+    ],
+)
+def test_the_cli_refuses_what_is_not_implemented(
+    morlfed_cli: CliRunner, tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    done = morlfed_cli([*overrides, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_bf16_run_records_its_precision(morlfed_cli: CliRunner, tmp_path: Path) -> None:
+    args = ["engine=vectorised", "precision=bf16", "n_clients=2", "rounds=1", "local_steps=300", "progress=false"]
+    done = morlfed_cli([*args, f"hydra.run.dir={tmp_path / 'run'}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (metrics["engine"], metrics["precision"]) == ("vectorised", "bf16")
