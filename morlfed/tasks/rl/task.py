@@ -19,20 +19,21 @@ from morlfed.seeding import generator
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.factory import RLFactory
 
 
-def _sb3_factory() -> type:
+def _sb3_factory() -> type[RLFactory]:
     return RLClientFactory
 
 
-def _vectorised_factory() -> type:
+def _vectorised_factory() -> type[RLFactory]:
     from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
     return VectorisedClientFactory
 
 
 #: engine name -> its client factory class (imported when chosen)
-ENGINES: dict[str, Callable[[], type]] = {"sb3": _sb3_factory, "vectorised": _vectorised_factory}
+ENGINES: dict[str, Callable[[], type[RLFactory]]] = {"sb3": _sb3_factory, "vectorised": _vectorised_factory}
 
 
 def resolve_device(device: str) -> str:

@@ -4,14 +4,13 @@ single client on its own is :class:`VectorisedClient`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitResult, FitTask
-from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.host import VectorisedHost
 
@@ -64,11 +63,10 @@ class VectorisedClient:
         self.engine.set_state(self.cid, state)
 
 
-@dataclass
-class VectorisedClientFactory(RLClientFactory):
-    """Builds the vectorised engine's hosts (and single clients) from the same fields as the SB3
-    engine's :class:`~morlfed.tasks.rl.client.RLClientFactory`; picklable, so worker processes
-    build their own. ``torch_threads`` are per worker here."""
+class VectorisedClientFactory(RLFactory):
+    """Builds the vectorised engine's hosts (and single clients) from the fields of
+    :class:`~morlfed.tasks.rl.factory.RLFactory`, as the SB3 engine's factory; picklable, so worker
+    processes build their own. ``torch_threads`` are per worker here."""
 
     def engine(self, cids: list[int]) -> VectorisedClients:
         """An engine owning clients ``cids``.
@@ -87,7 +85,7 @@ class VectorisedClientFactory(RLClientFactory):
         """
         return VectorisedHost(self.engine(list(cids)), timeout)
 
-    def __call__(self, cid: int) -> VectorisedClient:  # type: ignore[override]  # a client of this engine
+    def __call__(self, cid: int) -> VectorisedClient:
         """Client ``cid`` on its own (an engine of one client).
 
         :param cid: the client id
