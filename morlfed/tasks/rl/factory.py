@@ -1,6 +1,6 @@
 """What every RL engine's client factory is built from (:meth:`RLTask.client_factory
 <morlfed.tasks.rl.task.RLTask.client_factory>` builds the chosen engine's factory with these
-fields)."""
+fields) and the check of an env spec against what the engine implements."""
 
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ class RLFactory(ABC):
     total_steps: int
     torch_threads: int = 1
     device: str = "cpu"
+
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        """Raise ``ValueError`` naming what in ``spec`` this engine does not implement (by default
+        nothing: the engine passes every SB3 argument to SB3).
+
+        :param spec: the environment spec a run asks for
+        """
 
     @abstractmethod
     def __call__(self, cid: int) -> Client:

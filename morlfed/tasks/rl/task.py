@@ -54,7 +54,9 @@ class RLTask(Task):
     :param preferences: ``[n, m]`` private weights, one row per client
     :param engine: how a worker trains its clients: ``sb3`` (one SB3 agent per client),
         ``vectorised`` (all of them as one batched computation) or ``auto`` (the env spec's
-        ``engine``: ``vectorised`` where it is validated against ``sb3``)
+        ``engine``: ``vectorised`` where it is validated against ``sb3``); an engine that does not
+        implement what the spec asks for raises ``ValueError`` here
+        (:meth:`~morlfed.tasks.rl.factory.RLFactory.check_spec`)
     :param device: the torch device of the clients' networks (``cpu`` or ``cuda``)
     """
 
@@ -69,6 +71,7 @@ class RLTask(Task):
             engine = spec.engine
         if engine not in ENGINES:
             raise ValueError(f"engine={engine} is not an engine; valid: auto, {', '.join(ENGINES)}")
+        ENGINES[engine]().check_spec(spec)
         #: the engine that trains the clients (``auto`` resolved)
         self.engine = engine
         self.spec, self.preferences, self.device = spec, preferences, device

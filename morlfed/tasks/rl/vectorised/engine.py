@@ -44,6 +44,7 @@ from morlfed.tasks.rl.state import CarriedState, finished_returns, use_slot
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.explore import ActionNoise, EpsilonGreedy, Exploration
+from morlfed.tasks.rl.vectorised.keywords import check_agent_kwargs
 from morlfed.tasks.rl.vectorised.learner import StackedLearner
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
 from morlfed.tasks.rl.vectorised.rollout import Counters, Lockstep, LoopSettings
@@ -95,6 +96,9 @@ class VectorisedClients(RLFitReport, ClientBase):
     starts by loading its model into the online network(s) *and* the targets, so a target never
     outlives the training that moved it.
 
+    A spec whose ``agent_kwargs`` hold an SB3 argument this engine does not implement is refused
+    (:func:`~morlfed.tasks.rl.vectorised.keywords.check_agent_kwargs`, ``ValueError``).
+
     :param cids: the clients this object trains
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
     :param preferences: ``[n, m]`` weights; row ``cid`` is client ``cid``'s ``w_i``
@@ -118,6 +122,7 @@ class VectorisedClients(RLFitReport, ClientBase):
         super().__init__()
         if not cids or len(set(cids)) != len(cids):
             raise ValueError(f"cids must be distinct client ids, at least one, got {cids}")
+        check_agent_kwargs(spec)
         self.cids, self.spec, self.seed = list(cids), spec, seed
         self.torch_threads, self.device = torch_threads, torch.device(device)
         torch.set_num_threads(torch_threads)

@@ -8,11 +8,13 @@ from typing import Any
 
 import torch
 
+from morlfed.envs import EnvSpec
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitResult, FitTask
 from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.host import VectorisedHost
+from morlfed.tasks.rl.vectorised.keywords import check_agent_kwargs
 
 
 class VectorisedClient:
@@ -67,6 +69,15 @@ class VectorisedClientFactory(RLFactory):
     """Builds the vectorised engine's hosts (and single clients) from the fields of
     :class:`~morlfed.tasks.rl.factory.RLFactory`, as the SB3 engine's factory; picklable, so worker
     processes build their own. ``torch_threads`` are per worker here."""
+
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        """Refuse the SB3 arguments this engine does not implement
+        (:func:`~morlfed.tasks.rl.vectorised.keywords.check_agent_kwargs`).
+
+        :param spec: the environment spec a run asks for
+        """
+        check_agent_kwargs(spec)
 
     def engine(self, cids: list[int]) -> VectorisedClients:
         """An engine owning clients ``cids``.
