@@ -93,8 +93,15 @@ class CarriedState:
         personal: torch.Tensor | None,
         schedule_offset: int,
     ) -> CarriedState:
-        """An independent copy of a client's carried state (``env`` is its training env; the other
-        parameters are the fields)."""
+        """An independent copy of a client's carried state.
+
+        :param env: the client's training env (its Monitor's records are copied)
+        :param episodes_seen: training episodes already reported
+        :param optimiser_slots: the saved optimiser states of the inactive slots
+        :param active_slot: the slot whose state the optimiser holds
+        :param personal: the personal model (``None``: never trained one)
+        :param schedule_offset: the exploration clock's offset
+        """
         return cls(
             monitor=copy.deepcopy({name: getattr(env, name) for name in MONITOR_RECORDS}),
             episodes_seen=int(episodes_seen),
