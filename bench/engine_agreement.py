@@ -118,8 +118,8 @@ def row(path: Path, budget: str, commit: str) -> dict[str, object]:
 def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
     """The learning curves of the runs in ``table``: ``mean_eval_scalarised`` per evaluated round."""
     frames = []
-    for r in table.itertuples():
-        path = run_dir(runs, r.env, r.budget, r.algo, r.engine, r.seed)
+    for r in table.to_dict("records"):
+        path = run_dir(runs, str(r["env"]), str(r["budget"]), str(r["algo"]), str(r["engine"]), int(r["seed"]))
         rounds_csv = path / "rounds.csv"
         if not rounds_csv.exists():
             continue
@@ -127,15 +127,15 @@ def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
         if "mean_eval_scalarised" not in rounds:
             continue
         rounds = rounds.dropna(subset=["mean_eval_scalarised"])
-        steps = float(r.env_steps_per_client) / int(r.rounds)
+        steps = float(r["env_steps_per_client"]) / int(r["rounds"])
         frames.append(
             pd.DataFrame(
                 {
-                    "env": r.env,
-                    "budget": r.budget,
-                    "algo": r.algo,
-                    "engine": r.engine,
-                    "seed": r.seed,
+                    "env": r["env"],
+                    "budget": r["budget"],
+                    "algo": r["algo"],
+                    "engine": r["engine"],
+                    "seed": r["seed"],
                     "round": rounds["round"],
                     "env_steps_per_client": rounds["round"] * steps,
                     "mean_eval_scalarised": rounds["mean_eval_scalarised"],
@@ -185,7 +185,8 @@ def markdown(frame: pd.DataFrame) -> str:
 
 def figure(curve: pd.DataFrame, path: Path) -> None:
     """Both engines' learning curves (mean ± std over seeds), one panel per (env, budget, algo)."""
-    panels = sorted(curve.groupby(["env", "budget", "algo"]).groups)
+    keys = curve[["env", "budget", "algo"]].drop_duplicates()
+    panels: list[tuple[str, str, str]] = sorted(keys.itertuples(index=False, name=None))
     cols = min(len(panels), 3)
     rows = -(-len(panels) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)

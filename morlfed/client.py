@@ -195,6 +195,17 @@ class ClientBase(ABC):
     def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
         """Evaluate a ``[d]`` model on client ``cid`` (``None``: its personal model)."""
 
+    def set_personal_model(self, cid: int, params: torch.Tensor | None) -> None:
+        """Set client ``cid``'s personal model (restoring a state); ``None``: it has none.
+
+        :param cid: the client id
+        :param params: the personal model, ``[d]``
+        """
+        if params is None:
+            self.personal_models.pop(cid, None)
+        else:
+            self.personal_models[cid] = params
+
     def _begin_fit(self, tasks: Mapping[int, FitTask]) -> None:
         """Called once before the jobs of a :meth:`fit_many` run (e.g. to read a budget clock)."""
 
@@ -291,10 +302,7 @@ class SingleClient(ClientBase):
 
     @personal.setter
     def personal(self, value: torch.Tensor | None) -> None:
-        if value is None:
-            self.personal_models.pop(self.cid, None)
-        else:
-            self.personal_models[self.cid] = value
+        self.set_personal_model(self.cid, value)
 
     @abstractmethod
     def _train_one(self, job: TrainJob) -> TrainOutput:

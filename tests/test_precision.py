@@ -25,7 +25,10 @@ def _learner(precision: str) -> StackedDQN:
 
 def _batch(n: int, size: int, seed: int) -> Batch:
     rng = np.random.default_rng(seed)
-    f = lambda *shape: torch.from_numpy(rng.standard_normal(shape).astype(np.float32))  # noqa: E731
+
+    def f(*shape: int) -> torch.Tensor:
+        return torch.from_numpy(rng.standard_normal(size=shape).astype(np.float32))
+
     return Batch(
         observations=f(n, size, 8),
         actions=torch.from_numpy(rng.integers(0, 4, (n, size, 1))),

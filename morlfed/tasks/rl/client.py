@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from stable_baselines3 import DDPG, DQN
-from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.logger import Logger
-from stable_baselines3.common.noise import ActionNoise, NormalActionNoise
-from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.noise import NormalActionNoise
 
 from morlfed.client import PERSONAL_SLOT, SingleClient, TrainJob, TrainOutput
 from morlfed.envs import EnvSpec, make_eval_env, make_train_env
@@ -28,34 +25,12 @@ from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.proximal import install_proximal
 from morlfed.seeding import derive_seed
+from morlfed.tasks.rl.agent import build_agent, layout_of
+from morlfed.tasks.rl.clock import BudgetExplorationSchedule, EpsilonDecay, FitClock
 from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
+from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.fit_report import RLFitReport
-
-AGENTS: dict[str, type[OffPolicyAlgorithm]] = {"dqn": DQN, "ddpg": DDPG}
-
-
-def build_agent(
-    spec: EnvSpec, env: Any, seed: int, device: str = "cpu", action_noise: ActionNoise | None = None
-) -> OffPolicyAlgorithm:
-    """The SB3 agent of an env spec: ``AGENTS[spec.agent]("MlpPolicy", env, ...)`` with the spec's
-    hyper-parameters and the init seed derived from the root seed, which is the same for every
-    client, so all clients (and the vectorised engine's stacked copies) start from one shared
-    initial network.
-
-    :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
-    :param env: the agent's training env (its spaces define the networks)
-    :param seed: the run's root seed
-    :param device: torch device of the agent's networks
-    :param action_noise: DDPG's exploration noise (an SB3 argument that does not touch the networks)
-    """
-    kwargs = spec.sb3_kwargs  # a deep copy: SB3 changes policy_kwargs in place
-    if action_noise is not None:
-        kwargs["action_noise"] = action_noise
-    return AGENTS[spec.agent]("MlpPolicy", env, seed=derive_seed(seed, "init"), device=device, **kwargs)
-
-
-#: The SB3 Monitor's episode records, part of a client's state.
-_MONITOR_RECORDS = ("episode_returns", "episode_lengths", "episode_times", "total_steps")
+from morlfed.tasks.rl.state import CarriedState, finished_returns, use_slot
 
 
 class TrainingLog(Logger):
@@ -80,36 +55,6 @@ class TrainingLog(Logger):
         return means
 
 
-class BudgetExplorationSchedule:
-    """DQN's linear epsilon decay measured over the whole federated budget.
-
-    SB3 computes its schedules from the progress of the current ``learn`` call; a client calls
-    ``learn(local_steps, reset_num_timesteps=False)`` once per round, which would restart the
-    decay every round. This schedule reads the agent's own step counter instead, minus
-    ``offset``: the env steps that do not advance the federated budget (the second and later
-    models trained in one round, the personal model), so that every model trained in a round
-    sees the epsilon of that round. Under ``split_budget`` every training advances it (they share
-    one round's budget), so epsilon follows the env steps the client took.
-
-    :param agent: the DQN agent whose ``num_timesteps`` is read
-    :param total_steps: the client's whole budget (rounds x local steps)
-    :param fraction: fraction of the budget over which epsilon decays
-    :param initial: epsilon at step 0
-    :param final: epsilon after the decay
-    """
-
-    def __init__(self, agent: BaseAlgorithm, total_steps: int, fraction: float, initial: float, final: float) -> None:
-        self.agent, self.total_steps = agent, max(1, total_steps)
-        self.fraction, self.initial, self.final = fraction, initial, final
-        self.offset = 0
-
-    def __call__(self, _progress_remaining: float) -> float:
-        progress = (self.agent.num_timesteps - self.offset) / self.total_steps
-        if self.fraction <= 0 or progress >= self.fraction:
-            return self.final
-        return self.initial + (self.final - self.initial) * progress / self.fraction
-
-
 class RLClient(RLFitReport, SingleClient):
     """A federated client around an SB3 agent.
 
@@ -129,16 +74,15 @@ class RLClient(RLFitReport, SingleClient):
     sync, trained with ``learn(local_steps, reset_num_timesteps=False)`` and read out. The replay
     buffer is shared by all models: it is the client's data (transitions rewarded with its own
     scalarisation; DQN and DDPG learn off-policy, so any model may learn from any transition).
-    The optimiser state is *not* shared: the client keeps one optimiser state per model slot
-    (``"model-<k>"`` for server model k, ``"model-0"`` for a ``[d]`` model, ``"personal"``) and
-    swaps it into the SB3 optimiser before training that model, so Adam's moments for model k
-    are never polluted by model j's gradients (a slot trained for the first time starts from a
-    fresh optimiser). A client that only ever trains ``[d]`` models never swaps.
+    The optimiser state is *not* shared: the client keeps one optimiser state per model slot and
+    swaps it into the SB3 optimiser(s) before training that model
+    (:func:`~morlfed.tasks.rl.state.use_slot`).
     Randomness: a ``[d]`` fit reseeds SB3 from ``derive_seed(seed, "fit", cid, round)``; model k
     of a ``[K, d]`` fit from ``derive_seed(seed, "fit", cid, round, k)``; the personal model from
-    ``derive_seed(seed, "personal", cid, round)``. Every training starts a fresh episode. The
-    exploration schedule advances by one round's budget per fit, whatever the number of models
-    (with ``split_budget``, by the env steps of all its trainings, which share that budget).
+    ``derive_seed(seed, "personal", cid, round)``. Every training starts a fresh episode. DQN's
+    exploration schedule is :class:`~morlfed.tasks.rl.clock.BudgetExplorationSchedule`: it
+    advances by one round's budget per fit, whatever the number of models (with
+    ``split_budget``, by the env steps of all its trainings, which share that budget).
 
     **FedProx** (``prox_mu > 0``): the SB3 optimiser(s) (DQN ``policy.optimizer``; DDPG
     ``actor.optimizer`` and ``critic.optimizer``) are wrapped by
@@ -151,9 +95,10 @@ class RLClient(RLFitReport, SingleClient):
     evaluates it (the shared initial model if the client never trained one).
 
     State carried across rounds (what a checkpoint of the client must hold): the agent (networks,
-    replay buffer, the active slot's optimiser state, step counters), ``_optimiser_slots`` and
-    ``_active_slot``, ``personal``, the exploration clock ``_schedule.offset`` (DQN) and
-    ``_episodes_seen``. :meth:`get_state` / :meth:`set_state` capture and restore exactly that
+    replay buffer, the active slot's optimiser state, step counters) and the
+    :class:`~morlfed.tasks.rl.state.CarriedState` (``_optimiser_slots`` and ``_active_slot``,
+    ``personal``, the exploration clock ``_schedule.offset`` (DQN), the Monitor's records and
+    ``_episodes_seen``). :meth:`get_state` / :meth:`set_state` capture and restore exactly that
     (checkpoints, rollback of a failed fit).
 
     :param cid: client id
@@ -195,13 +140,7 @@ class RLClient(RLFitReport, SingleClient):
         self.agent.set_logger(self._training_log)
         self._schedule: BudgetExplorationSchedule | None = None
         if isinstance(self.agent, DQN):
-            self._schedule = BudgetExplorationSchedule(
-                self.agent,
-                total_steps,
-                self.agent.exploration_fraction,
-                self.agent.exploration_initial_eps,
-                self.agent.exploration_final_eps,
-            )
+            self._schedule = BudgetExplorationSchedule(self.agent, EpsilonDecay.of(self.agent, total_steps))
             self.agent.exploration_schedule = self._schedule
             self._online: dict[str, torch.nn.Module] = {"q_net": self.agent.q_net}
             self._targets: list[tuple[torch.nn.Module, torch.nn.Module]] = [(self.agent.q_net, self.agent.q_net_target)]
@@ -221,7 +160,7 @@ class RLClient(RLFitReport, SingleClient):
         self._optimiser_slots: dict[str, dict[str, dict[str, Any]]] = {}
         self._active_slot = "model-0"
         self._initial = self.initial_params()
-        self._fit_clock = self._clock()
+        self._fit_clock = FitClock()
 
     @property
     def layout(self) -> ParamLayout:
@@ -235,11 +174,9 @@ class RLClient(RLFitReport, SingleClient):
     def _train_one(self, job: TrainJob) -> TrainOutput:
         """Train one model with SB3 (see the class docstring for seeds and the exploration clock)."""
         torch.set_num_threads(self.torch_threads)
-        if job.first:
-            self._fit_clock = self._clock()
         seed = derive_seed(self.seed, PERSONAL_SLOT if job.personal else "fit", self.cid, *job.keys)
         before = self.agent.num_timesteps
-        params, rewards = self._learn(job.start, job.slot, seed, job.steps, job.prox_mu, job.centre, self._fit_clock)
+        params, rewards = self._learn(job, seed)
         learner = self._training_log.take()
         if isinstance(self.agent, DQN):
             learner["exploration_rate"] = float(self.agent.exploration_rate)
@@ -273,20 +210,19 @@ class RLClient(RLFitReport, SingleClient):
         optimiser slots, personal model and exploration clock. RNG states are not part of it:
         every training reseeds them from (seed, client, round)."""
         agent = self.agent
-        return copy.deepcopy(
+        learner = copy.deepcopy(
             {
                 "agent": agent.get_parameters(),
                 "replay_buffer": agent.replay_buffer,
                 "attributes": {k: v for k, v in vars(agent).items() if isinstance(v, (bool, int, float, np.number))},
                 "episode_info": (agent.ep_info_buffer, agent.ep_success_buffer),
-                "monitor": {k: getattr(self.train_env, k) for k in _MONITOR_RECORDS},
-                "episodes_seen": self._episodes_seen,
-                "optimiser_slots": self._optimiser_slots,
-                "active_slot": self._active_slot,
-                "personal": self.personal,
-                "schedule_offset": self._schedule.offset if self._schedule is not None else 0,
             }
         )
+        offset = self._schedule.offset if self._schedule is not None else 0
+        carried = CarriedState.capture(
+            self.train_env, self._episodes_seen, self._optimiser_slots, self._active_slot, self.personal, offset
+        )
+        return learner | carried.as_dict()
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`get_state` (the client takes ownership of it)."""
@@ -296,38 +232,25 @@ class RLClient(RLFitReport, SingleClient):
         for name, value in state["attributes"].items():
             setattr(agent, name, value)
         agent.ep_info_buffer, agent.ep_success_buffer = state["episode_info"]
-        for name, value in state["monitor"].items():
-            setattr(self.train_env, name, value)
-        self._episodes_seen = state["episodes_seen"]
-        self._optimiser_slots = state["optimiser_slots"]
-        self._active_slot = state["active_slot"]
-        self.personal = state["personal"]
+        carried = CarriedState.of(state)
+        carried.restore_monitor(self.train_env)
+        self._episodes_seen = carried.episodes_seen
+        self._optimiser_slots, self._active_slot = carried.optimiser_slots, carried.active_slot
+        self.personal = carried.personal
         if self._schedule is not None:
-            self._schedule.offset = state["schedule_offset"]
+            self._schedule.offset = carried.schedule_offset
 
     # ------------------------------------------------------------------------------------------
-    def _clock(self) -> tuple[int, int]:
-        """(agent step counter, schedule offset) at the start of a fit."""
-        return self.agent.num_timesteps, self._schedule.offset if self._schedule is not None else 0
-
-    def _learn(
-        self,
-        start: torch.Tensor,
-        slot: str,
-        seed: int,
-        steps: int,
-        mu: float,
-        centre: torch.Tensor,
-        clock: tuple[int, int],
-    ) -> tuple[torch.Tensor, list[float]]:
-        """Train one model from ``start`` for ``steps`` env steps; return it and the finished
-        training episodes' scalarised returns."""
-        self._use_slot(slot)
-        self._load(start)
+    def _learn(self, job: TrainJob, seed: int) -> tuple[torch.Tensor, list[float]]:
+        """Train one model from ``job.start`` for ``job.steps`` env steps with the random seed
+        ``seed``; return it and the finished training episodes' scalarised returns."""
+        self._active_slot = use_slot(
+            self._optimiser_slots, self._active_slot, job.slot, self._optimiser_state, self._load_optimiser_state
+        )
+        self._load(job.start)
         if self._schedule is not None:
-            # Every training in a fit sees the exploration rate of the fit's start on the budget clock.
-            t0, offset = clock
-            self._schedule.offset = offset + self.agent.num_timesteps - t0
+            offset = self._fit_clock.offset(self.agent.num_timesteps, self._schedule.offset, job.first)
+            self._schedule.offset = offset
             assert isinstance(self.agent, DQN), "only a DQN agent has an exploration schedule"
             self.agent.exploration_rate = self._schedule(1.0)
         # SB3 draws exploration and replay samples from the global RNGs: reseed them, the action
@@ -336,11 +259,11 @@ class RLClient(RLFitReport, SingleClient):
         # Every training starts a fresh episode: the client's state between rounds is then only
         # networks, optimiser and replay buffer (no env mid-episode), which makes checkpoints exact.
         self.agent._last_obs = None
-        with self._proximal(centre, mu):
-            self.agent.learn(total_timesteps=steps, reset_num_timesteps=False, progress_bar=False)
-        rewards = self.train_env.get_episode_rewards()[self._episodes_seen :]
+        with self._proximal(job.centre, job.prox_mu):
+            self.agent.learn(total_timesteps=job.steps, reset_num_timesteps=False, progress_bar=False)
+        rewards = finished_returns(self.train_env, self._episodes_seen)
         self._episodes_seen += len(rewards)
-        return self.initial_params(), [float(r) for r in rewards]
+        return self.initial_params(), rewards
 
     def _proximal(self, centre: torch.Tensor, mu: float) -> contextlib.ExitStack:
         """Install ``mu * (theta - centre)`` on every SB3 optimiser (nothing when ``mu == 0``)."""
@@ -355,15 +278,11 @@ class RLClient(RLFitReport, SingleClient):
     def _optimiser_state(self) -> dict[str, dict[str, Any]]:
         return {name: copy.deepcopy(owner.optimizer.state_dict()) for name, owner in self._optimiser_owners.items()}
 
-    def _use_slot(self, slot: str) -> None:
-        """Put ``slot``'s optimiser state into the SB3 optimiser(s), saving the active one's."""
-        if slot == self._active_slot:
-            return
-        self._optimiser_slots[self._active_slot] = self._optimiser_state()
-        state = self._optimiser_slots.get(slot, self._fresh_optimiser)
+    def _load_optimiser_state(self, state: dict[str, dict[str, Any]] | None) -> None:
+        """Load a state from :meth:`_optimiser_state` into the SB3 optimiser(s); ``None``: a fresh one."""
+        state = self._fresh_optimiser if state is None else state
         for name, owner in self._optimiser_owners.items():
             owner.optimizer.load_state_dict(copy.deepcopy(state[name]))
-        self._active_slot = slot
 
     def _named_online(self) -> dict[str, torch.Tensor]:
         return {f"{prefix}.{n}": p for prefix, m in self._online.items() for n, p in m.named_parameters()}
@@ -377,43 +296,14 @@ class RLClient(RLFitReport, SingleClient):
                 target.load_state_dict(online.state_dict())
 
 
-def layout_of(online: dict[str, torch.nn.Module]) -> ParamLayout:
-    """The federated vector's layout of an SB3 agent's online networks: every parameter of each
-    module, named ``<key>.<parameter name>`` in the dict's order, the last linear layer of each
-    (its weight and bias) as the head. The vectorised engine uses it too, so a model trained by
-    one engine loads in the other.
-
-    :param online: the online networks by prefix (DQN: ``{"q_net": ...}``; DDPG: ``{"actor": ...,
-        "critic": ...}``)
-    """
-    shapes, head = {}, []
-    for prefix, module in online.items():
-        names = [n for n, _ in module.named_parameters()]
-        for name, p in module.named_parameters():
-            shapes[f"{prefix}.{name}"] = tuple(p.shape)
-        head += [f"{prefix}.{n}" for n in names[-2:]]  # the last linear layer's weight and bias
-    return ParamLayout.from_shapes(shapes, head)
-
-
-@dataclass
-class RLClientFactory:
-    """Builds RL clients by id; picklable, so worker processes can build their own clients.
-
-    :param spec: the environment spec
-    :param preferences: ``[n, m]`` private weights, row ``cid`` for client ``cid``
-    :param seed: root seed
-    :param total_steps: each client's whole budget (rounds x local steps)
-    :param torch_threads: torch threads per client computation
-    :param device: the torch device of the agents' networks
-    """
-
-    spec: EnvSpec
-    preferences: np.ndarray
-    seed: int
-    total_steps: int
-    torch_threads: int = 1
-    device: str = "cpu"
+class RLClientFactory(RLFactory):
+    """The SB3 engine's factory (``engine=sb3``): one :class:`RLClient` per client id, built from
+    the fields of :class:`~morlfed.tasks.rl.factory.RLFactory`."""
 
     def __call__(self, cid: int) -> RLClient:
+        """Client ``cid``, trained on its own SB3 agent.
+
+        :param cid: the client id
+        """
         w = self.preferences[cid]
         return RLClient(cid, self.spec, w, self.seed, self.total_steps, self.torch_threads, self.device)

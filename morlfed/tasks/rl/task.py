@@ -19,21 +19,22 @@ from morlfed.seeding import generator
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.vectorised.dqn import PRECISIONS
 
 
-def _sb3_factory() -> type:
+def _sb3_factory() -> type[RLFactory]:
     return RLClientFactory
 
 
-def _vectorised_factory() -> type:
+def _vectorised_factory() -> type[RLFactory]:
     from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
     return VectorisedClientFactory
 
 
 #: engine name -> its client factory class (imported when chosen)
-ENGINES: dict[str, Callable[[], type]] = {"sb3": _sb3_factory, "vectorised": _vectorised_factory}
+ENGINES: dict[str, Callable[[], type[RLFactory]]] = {"sb3": _sb3_factory, "vectorised": _vectorised_factory}
 
 
 def resolve_device(device: str) -> str:
@@ -54,7 +55,9 @@ class RLTask(Task):
     :param preferences: ``[n, m]`` private weights, one row per client
     :param engine: how a worker trains its clients: ``sb3`` (one SB3 agent per client),
         ``vectorised`` (all of them as one batched computation) or ``auto`` (the env spec's
-        ``engine``: ``vectorised`` where it is validated against ``sb3``)
+        ``engine``: ``vectorised`` where it is validated against ``sb3``); an engine that does not
+        implement what the spec asks for raises ``ValueError`` here
+        (:meth:`~morlfed.tasks.rl.factory.RLFactory.check_spec`)
     :param device: the torch device of the clients' networks (``cpu`` or ``cuda``)
     :param precision: the vectorised engine's arithmetic: ``fp32`` or ``bf16`` (bfloat16 matrix
         products; refused with ``sb3``)
@@ -73,6 +76,7 @@ class RLTask(Task):
             engine = spec.engine
         if engine not in ENGINES:
             raise ValueError(f"engine={engine} is not an engine; valid: auto, {', '.join(ENGINES)}")
+        ENGINES[engine]().check_spec(spec)
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if precision != "fp32" and (engine != "vectorised" or spec.agent != "dqn"):

@@ -40,7 +40,7 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
 from morlfed.params import ParamLayout
-from morlfed.tasks.rl.client import layout_of
+from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, aligned_rows, select_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam

@@ -30,7 +30,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
 from morlfed.params import ParamLayout
-from morlfed.tasks.rl.client import layout_of
+from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam

@@ -22,6 +22,7 @@ executor spreads the clients over workers.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,19 +36,19 @@ from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.seeding import derive_seed
-from morlfed.tasks.rl.client import AGENTS
+from morlfed.tasks.rl.agent import AGENTS
+from morlfed.tasks.rl.clock import FitClock
 from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
 from morlfed.tasks.rl.fit_report import RLFitReport
+from morlfed.tasks.rl.state import CarriedState, finished_returns, use_slot
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.explore import ActionNoise, EpsilonGreedy, Exploration
+from morlfed.tasks.rl.vectorised.keywords import check_agent_kwargs
 from morlfed.tasks.rl.vectorised.learner import StackedLearner
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
 from morlfed.tasks.rl.vectorised.rollout import Counters, Lockstep, LoopSettings
 from morlfed.tasks.rl.vectorised.template import template_agent
-
-#: The SB3 Monitor's episode records, part of a client's state (as in the SB3 client).
-MONITOR_RECORDS = ("episode_returns", "episode_lengths", "episode_times", "total_steps")
 
 
 def stacked_algorithm(
@@ -91,11 +92,15 @@ class VectorisedClients(RLFitReport, ClientBase):
 
     **State carried across rounds** (:meth:`get_state` / :meth:`set_state`, per client): the
     online network(s) (DQN's Q-network; DDPG's actor and critic), the active optimiser slot's Adam
-    state(s) (DDPG: actor and critic) and the other slots', the replay buffer, ``num_timesteps``,
-    ``_n_calls`` (DQN), the exploration clock's offset, the Monitor's episode records and
-    ``episodes_seen``, and the personal model. Target networks are not part of it: as the SB3
-    client does, every training starts by loading its model into the online network(s) *and*
-    the targets, so a target never outlives the training that moved it.
+    state(s) (DDPG: actor and critic), the replay buffer, ``num_timesteps``, ``_n_calls`` (DQN),
+    and the :class:`~morlfed.tasks.rl.state.CarriedState` (the other slots' Adam states, the
+    exploration clock's offset, the Monitor's episode records and ``episodes_seen``, and the
+    personal model). Target networks are not part of it: as the SB3 client does, every training
+    starts by loading its model into the online network(s) *and* the targets, so a target never
+    outlives the training that moved it.
+
+    A spec whose ``agent_kwargs`` hold an SB3 argument this engine does not implement is refused
+    (:func:`~morlfed.tasks.rl.vectorised.keywords.check_agent_kwargs`, ``ValueError``).
 
     :param cids: the clients this object trains
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
@@ -123,6 +128,7 @@ class VectorisedClients(RLFitReport, ClientBase):
         super().__init__()
         if not cids or len(set(cids)) != len(cids):
             raise ValueError(f"cids must be distinct client ids, at least one, got {cids}")
+        check_agent_kwargs(spec)
         self.cids, self.spec, self.seed = list(cids), spec, seed
         self.torch_threads, self.device = torch_threads, torch.device(device)
         torch.set_num_threads(torch_threads)
@@ -146,7 +152,7 @@ class VectorisedClients(RLFitReport, ClientBase):
         #: the online networks, as the policy's attributes (``q_net``; ``actor`` and ``critic``)
         self._networks = ("q_net",) if isinstance(agent, DQN) else ("actor", "critic")
         self._initial = self.learner.read(0)
-        self._clock = [(0, 0)] * n
+        self._clocks = [FitClock() for _ in range(n)]
         self.episodes_seen = np.zeros(n, dtype=np.int64)
         self.slots: list[dict[str, dict[str, Any]]] = [{} for _ in range(n)]
         self.active_slot = ["model-0"] * n
@@ -187,18 +193,16 @@ class VectorisedClients(RLFitReport, ClientBase):
     def _begin_job(self, i: int, job: TrainJob) -> None:
         """Optimiser slot, model and exploration clock of client ``i`` for ``job`` (as the SB3 client)."""
         c = self.counters
-        if job.first:
-            self._clock[i] = (int(c.num_timesteps[i]), int(c.offset[i]))
-        t0, offset = self._clock[i]
-        # Every training in a fit sees the exploration rate of the fit's start on the budget clock.
-        c.offset[i] = offset + c.num_timesteps[i] - t0
-        self._use_slot(i, job.slot)
+        c.offset[i] = self._clocks[i].offset(int(c.num_timesteps[i]), int(c.offset[i]), job.first)
+        save = functools.partial(self.learner.optimiser_state, i)
+        load = functools.partial(self.learner.load_optimiser_state, i)
+        self.active_slot[i] = use_slot(self.slots[i], self.active_slot[i], job.slot, save, load)
         self.learner.load(i, job.start.float())
 
     def _finish_job(self, i: int, steps: int) -> TrainOutput:
         """Client ``i``'s trained model, the returns of the episodes that finished meanwhile and the
         env steps the training took (``steps``: its budget, or more when SB3 finishes a rollout)."""
-        returns = self.train_envs[i].get_episode_rewards()[int(self.episodes_seen[i]) :]
+        returns = finished_returns(self.train_envs[i], int(self.episodes_seen[i]))
         self.episodes_seen[i] += len(returns)
         # the learner's scalars, as the SB3 client reports them: mean losses, DQN's epsilon now
         learner = self.lockstep.take_losses(i)
@@ -206,15 +210,7 @@ class VectorisedClients(RLFitReport, ClientBase):
         if isinstance(exploration, EpsilonGreedy):
             c = self.counters
             learner["exploration_rate"] = float(exploration.epsilon(c.num_timesteps[i : i + 1], c.offset[i : i + 1])[0])
-        return TrainOutput(self.learner.read(i), {"rewards": [float(r) for r in returns], "steps": steps}, learner)
-
-    def _use_slot(self, i: int, slot: str) -> None:
-        """Put ``slot``'s optimiser state into client ``i``'s optimiser, saving the active one's."""
-        if slot == self.active_slot[i]:
-            return
-        self.slots[i][self.active_slot[i]] = self.learner.optimiser_state(i)
-        self.learner.load_optimiser_state(i, self.slots[i].get(slot))
-        self.active_slot[i] = slot
+        return TrainOutput(self.learner.read(i), {"rewards": returns, "steps": steps}, learner)
 
     # ------------------------------------------------------------------------------------------
     # evaluation
@@ -244,41 +240,36 @@ class VectorisedClients(RLFitReport, ClientBase):
         as an independent CPU copy that ``torch.save`` can write. RNG states are not part of it:
         every training reseeds from (seed, client, round)."""
         i, c = self.index[cid], self.counters
-        env = self.train_envs[i]
-        personal = self.personal_models.get(cid)
-        return _to_cpu(
-            {
-                "online": self.learner.read(i),
-                "optimiser": self.learner.optimiser_state(i),
-                "optimiser_slots": copy.deepcopy(self.slots[i]),
-                "active_slot": self.active_slot[i],
-                "replay": self.replay.state_of(i),
-                "counters": {"num_timesteps": int(c.num_timesteps[i]), "n_calls": int(c.n_calls[i])},
-                "schedule_offset": int(c.offset[i]),
-                "monitor": copy.deepcopy({k: getattr(env, k) for k in MONITOR_RECORDS}),
-                "episodes_seen": int(self.episodes_seen[i]),
-                "personal": None if personal is None else personal.clone(),
-            }
+        carried = CarriedState.capture(
+            self.train_envs[i],
+            self.episodes_seen[i],
+            self.slots[i],
+            self.active_slot[i],
+            self.personal_models.get(cid),
+            c.offset[i],
         )
+        learner = {
+            "online": self.learner.read(i),
+            "optimiser": self.learner.optimiser_state(i),
+            "replay": self.replay.state_of(i),
+            "counters": {"num_timesteps": int(c.num_timesteps[i]), "n_calls": int(c.n_calls[i])},
+        }
+        return _to_cpu(learner | carried.as_dict())
 
     def set_state(self, cid: int, state: dict[str, Any]) -> None:
         """Restore client ``cid`` from :meth:`get_state` (taking ownership of ``state``)."""
         i, c = self.index[cid], self.counters
         self.learner.load(i, state["online"])
         self.learner.load_optimiser_state(i, state["optimiser"])
-        self.slots[i] = state["optimiser_slots"]
-        self.active_slot[i] = state["active_slot"]
         self.replay.load_state_of(i, state["replay"])
         c.num_timesteps[i] = state["counters"]["num_timesteps"]
         c.n_calls[i] = state["counters"]["n_calls"]
-        c.offset[i] = state["schedule_offset"]
-        for name, value in state["monitor"].items():
-            setattr(self.train_envs[i], name, value)
-        self.episodes_seen[i] = state["episodes_seen"]
-        if state["personal"] is None:
-            self.personal_models.pop(cid, None)
-        else:
-            self.personal_models[cid] = state["personal"]
+        carried = CarriedState.of(state)
+        carried.restore_monitor(self.train_envs[i])
+        self.episodes_seen[i] = carried.episodes_seen
+        self.slots[i], self.active_slot[i] = carried.optimiser_slots, carried.active_slot
+        c.offset[i] = carried.schedule_offset
+        self.set_personal_model(cid, carried.personal)
 
 
 def _to_cpu(value: Any) -> Any:

@@ -2,8 +2,8 @@
 ``_sample_action`` per algorithm.
 
 * :class:`EpsilonGreedy` (DQN): a uniform random action before ``learning_starts``, then
-  epsilon-greedy with the budget-wide epsilon of
-  :class:`~morlfed.tasks.rl.client.BudgetExplorationSchedule`.
+  epsilon-greedy with the budget-wide epsilon of :class:`~morlfed.tasks.rl.clock.EpsilonDecay`
+  (the SB3 client's schedule).
 * :class:`ActionNoise` (DDPG): a uniform sample of the action space before ``learning_starts``,
   then the actor's action; at every step ``NormalActionNoise(0, std)`` is added to the action
   scaled to ``[-1, 1]`` and the sum clipped (:func:`~morlfed.tasks.rl.vectorised.ddpg.explore_actions`).
@@ -15,7 +15,6 @@ blocks by :class:`Streams`, so a client's draws never depend on the other client
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -23,6 +22,7 @@ from gymnasium import spaces
 from stable_baselines3 import DDPG, DQN
 
 from morlfed.seeding import generator
+from morlfed.tasks.rl.clock import EpsilonDecay
 from morlfed.tasks.rl.vectorised.ddpg import explore_actions, unscale_action
 from morlfed.tasks.rl.vectorised.learner import StackedLearner
 
@@ -110,17 +110,6 @@ class Exploration(ABC):
         """
 
 
-@dataclass(frozen=True)
-class _Schedule:
-    """The budget-wide linear epsilon decay: ``initial`` to ``final`` over ``fraction`` of
-    ``total_steps``."""
-
-    fraction: float
-    initial: float
-    final: float
-    total_steps: int
-
-
 class EpsilonGreedy(Exploration):
     """SB3 DQN's exploration with the budget-wide epsilon: every env step of a client takes two
     uniforms from ``generator(seed, "explore")`` (the epsilon test and a random action).
@@ -131,7 +120,7 @@ class EpsilonGreedy(Exploration):
     :param fraction: fraction of the whole budget over which epsilon decays
     :param initial: epsilon at the budget's start
     :param final: epsilon after the decay
-    :param total_steps: each client's whole budget (the exploration clock's length)
+    :param total_steps: each client's whole budget (the exploration clock's length, at least 1)
     """
 
     action_dim, discrete = 1, True
@@ -148,7 +137,8 @@ class EpsilonGreedy(Exploration):
     ) -> None:
         super().__init__(learner, learning_starts)
         self.n_actions = n_actions
-        self.schedule = _Schedule(fraction, initial, final, max(1, int(total_steps)))
+        #: the budget-wide epsilon decay, the one the SB3 client's exploration schedule reads
+        self.schedule = EpsilonDecay(fraction, initial, final, total_steps)
         self._draws = Streams([], 2)
 
     @classmethod
@@ -159,29 +149,17 @@ class EpsilonGreedy(Exploration):
         :param learner: the clients' stacked Q-networks
         :param total_steps: each client's whole budget (rounds x local steps)
         """
-        return cls(
-            learner,
-            int(agent.learning_starts),
-            int(agent.action_space.n),  # type: ignore[attr-defined]
-            float(agent.exploration_fraction),
-            float(agent.exploration_initial_eps),
-            float(agent.exploration_final_eps),
-            total_steps,
-        )
+        n_actions = int(agent.action_space.n)  # type: ignore[attr-defined]
+        s = EpsilonDecay.of(agent, total_steps)
+        return cls(learner, int(agent.learning_starts), n_actions, s.fraction, s.initial, s.final, s.total_steps)
 
     def epsilon(self, num_timesteps: np.ndarray, offset: np.ndarray) -> np.ndarray:
-        """Each client's exploration rate at its budget clock ``num_timesteps - offset``
-        (:class:`~morlfed.tasks.rl.client.BudgetExplorationSchedule`, vectorised).
+        """Each client's exploration rate at its budget clock ``num_timesteps - offset``.
 
         :param num_timesteps: the clients' env step counters
         :param offset: the clients' clock offsets
         """
-        s = self.schedule
-        progress = (num_timesteps - offset) / s.total_steps
-        if s.fraction <= 0:
-            return np.full(progress.shape, s.final)
-        decay = s.initial + (s.final - s.initial) * progress / s.fraction
-        return np.where(progress >= s.fraction, s.final, decay)
+        return self.schedule(num_timesteps, offset)
 
     def start(self, n: int, rows: np.ndarray, seeds: list[int]) -> None:
         self._draws = _streams(n, rows, seeds, "explore", 2)

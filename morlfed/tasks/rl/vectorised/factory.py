@@ -9,11 +9,13 @@ from typing import Any
 
 import torch
 
+from morlfed.envs import EnvSpec
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitResult, FitTask
-from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.host import VectorisedHost
+from morlfed.tasks.rl.vectorised.keywords import check_agent_kwargs
 
 
 class VectorisedClient:
@@ -65,16 +67,24 @@ class VectorisedClient:
 
 
 @dataclass
-class VectorisedClientFactory(RLClientFactory):
-    """Builds the vectorised engine's hosts (and single clients) from the same fields as the SB3
-    engine's :class:`~morlfed.tasks.rl.client.RLClientFactory`; picklable, so worker processes
-    build their own. ``torch_threads`` are per worker here.
+class VectorisedClientFactory(RLFactory):
+    """Builds the vectorised engine's hosts (and single clients) from the fields of
+    :class:`~morlfed.tasks.rl.factory.RLFactory`, as the SB3 engine's factory; picklable, so worker
+    processes build their own. ``torch_threads`` are per worker here.
 
-    :param precision: the gradient step's arithmetic, ``fp32`` or ``bf16`` (after the SB3
-        factory's fields)
+    :param precision: the gradient step's arithmetic, ``fp32`` or ``bf16`` (after the shared fields)
     """
 
     precision: str = "fp32"
+
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        """Refuse the SB3 arguments this engine does not implement
+        (:func:`~morlfed.tasks.rl.vectorised.keywords.check_agent_kwargs`).
+
+        :param spec: the environment spec a run asks for
+        """
+        check_agent_kwargs(spec)
 
     def engine(self, cids: list[int]) -> VectorisedClients:
         """An engine owning clients ``cids``.
@@ -100,7 +110,7 @@ class VectorisedClientFactory(RLClientFactory):
         """
         return VectorisedHost(self.engine(list(cids)), timeout)
 
-    def __call__(self, cid: int) -> VectorisedClient:  # type: ignore[override]  # a client of this engine
+    def __call__(self, cid: int) -> VectorisedClient:
         """Client ``cid`` on its own (an engine of one client).
 
         :param cid: the client id

@@ -4,7 +4,7 @@ The vectorised learners (:class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`,
 :class:`~morlfed.tasks.rl.vectorised.ddpg.StackedDDPG`) do not describe networks of their own:
 they read the architecture, the shared initial parameters, the optimiser's settings and the
 hyper-parameters off a real SB3 agent, built by :func:`template_agent` with the same call and the
-same init seed as the SB3 client's (:func:`morlfed.tasks.rl.client.build_agent`), so both engines
+same init seed as the SB3 client's (:func:`morlfed.tasks.rl.agent.build_agent`), so both engines
 start every client from exactly the same network.
 """
 
@@ -21,7 +21,7 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.envs import EnvSpec
-from morlfed.tasks.rl.client import build_agent
+from morlfed.tasks.rl.agent import build_agent
 
 
 @contextlib.contextmanager

@@ -1,0 +1,48 @@
+"""What every RL engine's client factory is built from (:meth:`RLTask.client_factory
+<morlfed.tasks.rl.task.RLTask.client_factory>` builds the chosen engine's factory with these
+fields) and the check of an env spec against what the engine implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from morlfed.envs import EnvSpec
+from morlfed.protocol import Client
+
+
+@dataclass
+class RLFactory(ABC):
+    """Builds an engine's RL clients by id; picklable, so worker processes can build their own.
+
+    :param spec: the environment spec
+    :param preferences: ``[n, m]`` private weights, row ``cid`` for client ``cid``
+    :param seed: root seed
+    :param total_steps: each client's whole budget (rounds x local steps)
+    :param torch_threads: torch threads per client computation
+    :param device: the torch device of the clients' networks
+    """
+
+    spec: EnvSpec
+    preferences: np.ndarray
+    seed: int
+    total_steps: int
+    torch_threads: int = 1
+    device: str = "cpu"
+
+    @classmethod
+    def check_spec(cls, spec: EnvSpec) -> None:
+        """Raise ``ValueError`` naming what in ``spec`` this engine does not implement (by default
+        nothing: the engine passes every SB3 argument to SB3).
+
+        :param spec: the environment spec a run asks for
+        """
+
+    @abstractmethod
+    def __call__(self, cid: int) -> Client:
+        """Client ``cid``.
+
+        :param cid: the client id
+        """
