@@ -103,7 +103,11 @@ def current_commit() -> str:
 
 
 def row(path: Path, budget: str, commit: str) -> dict[str, object]:
-    """One ``runs.csv`` row from a finished run directory."""
+    """One ``runs.csv`` row from a finished run directory; a run in which a client fit failed is
+    no sample of either engine's training and stops the study."""
+    failed = pd.read_csv(path / "rounds.csv")["failed"].dropna()
+    if not failed.empty:
+        raise RuntimeError(f"{path}: client fits failed in round(s) {failed.index.tolist()}: {failed.iloc[0]}")
     metrics = json.loads((path / "metrics.json").read_text())
     out: dict[str, object] = {key: metrics[key] for key in ("env", "algo", "engine", "seed")}
     out["budget"] = budget
