@@ -1,10 +1,10 @@
-"""Do the two RL engines agree? Paired runs of ``engine=sb3`` and ``engine=vectorised`` and an
-equivalence test (TOST) with a margin fixed in advance.
+"""Do the two RL engines agree? Paired runs of ``engine=sb3`` and ``engine=vectorised`` (and
+``precision=bf16``) and an equivalence test (TOST) with a margin fixed in advance.
 
-For every (env, budget, algo, seed) the study runs ``python -m morlfed.run`` once per engine with
-the same overrides, so both runs of a pair share the seed, hence the preferences, the initial
-network and every env seed; only the engines' own random streams (exploration, replay sampling)
-differ. The outcome of a run is the mean scalarised undiscounted return of its deployed models
+For every (env, budget, algo, seed) the study runs ``python -m morlfed.run`` once per arm (``ARMS``:
+sb3, the reference; vectorised; vectorised in bfloat16) with the same overrides, so the runs of a
+pair share the seed, hence the preferences, the initial network and every env seed; only the
+engines' own random streams (exploration, replay sampling) differ. The outcome of a run is the mean scalarised undiscounted return of its deployed models
 (``metrics.json``), with the hypervolume beside it.
 
 The rule, fixed before any run was looked at (docs/results/engine-agreement/README.md):
@@ -23,6 +23,7 @@ Usage::
 
     python bench/engine_agreement.py --env deep-sea-treasure --budget reduced --seeds 0-29 --jobs 2
     python bench/engine_agreement.py --env deep-sea-treasure --budget full --seeds 0-2
+    python bench/engine_agreement.py --env mo-lunar-lander --arms sb3 vectorised vectorised-bf16 --seeds 0-29
     python bench/engine_agreement.py --report-only        # rebuild agreement.md and learning.png
 
 Each run directory (``--runs``) that already holds ``metrics.json`` is reused, so a study can be
@@ -51,7 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from morlfed.analysis.equivalence import paired_equivalence, standardised_margin
 from morlfed.rundir import atomic_write_text
 
-ENGINES = ("sb3", "vectorised")
+#: The arms of the study: the reference (sb3) and each candidate, by the overrides that select it.
+ARMS: dict[str, list[str]] = {
+    "sb3": ["engine=sb3"],
+    "vectorised": ["engine=vectorised"],
+    "vectorised-bf16": ["engine=vectorised", "precision=bf16"],
+}
+REFERENCE = "sb3"
 #: The budgets of the study per env: ``reduced`` (tested) and ``full`` (the spec's default run,
 #: reported). A reduced budget keeps the spec's clients and learning settings and ends far past the
 #: exploration phase (epsilon's decay covers ``exploration_fraction`` of the client's budget).
@@ -86,7 +93,7 @@ def run_dir(runs: Path, env: str, budget: str, algo: str, engine: str, seed: int
 def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> Path:
     """Run (or reuse) one run of the study; return its directory."""
     if not (path / "metrics.json").exists():
-        args = [f"env={env}", f"algo={algo}", f"engine={engine}", f"seed={seed}", *BUDGETS[env][budget]]
+        args = [f"env={env}", f"algo={algo}", *ARMS[engine], f"seed={seed}", *BUDGETS[env][budget]]
         args += ["executor=sequential", "torch_threads=1", "progress=false", f"hydra.run.dir={path}"]
         done = subprocess.run(
             [sys.executable, "-m", "morlfed.run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -102,15 +109,15 @@ def current_commit() -> str:
     return done.stdout.strip()
 
 
-def row(path: Path, budget: str, commit: str) -> dict[str, object]:
+def row(path: Path, budget: str, arm: str, commit: str) -> dict[str, object]:
     """One ``runs.csv`` row from a finished run directory; a run in which a client fit failed is
     no sample of either engine's training and stops the study."""
     failed = pd.read_csv(path / "rounds.csv")["failed"].dropna()
     if not failed.empty:
         raise RuntimeError(f"{path}: client fits failed in round(s) {failed.index.tolist()}: {failed.iloc[0]}")
     metrics = json.loads((path / "metrics.json").read_text())
-    out: dict[str, object] = {key: metrics[key] for key in ("env", "algo", "engine", "seed")}
-    out["budget"] = budget
+    out: dict[str, object] = {key: metrics[key] for key in ("env", "algo", "seed")}
+    out |= {"engine": arm, "budget": budget}
     out |= {key: metrics["undiscounted"][key] for key in OUTCOMES}
     out["rounds"] = metrics["rounds"]
     out["env_steps_per_client"] = metrics["env_steps_per_client"]["mean"]
@@ -150,15 +157,21 @@ def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def agreement(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env, budget, algo, outcome): both engines' means, the margin, the interval and
-    the verdict over the seeds that both engines ran."""
+    """One row per (env, budget, algo, candidate arm, outcome): the reference's and the candidate's
+    means, the margin, the interval and the verdict over the seeds that both arms ran."""
     out = []
-    for (env, budget, algo), group in table.groupby(["env", "budget", "algo"], sort=True):
-        paired = group.pivot_table(index="seed", columns="engine", values=list(OUTCOMES)).dropna()
+    for env, budget, algo, arm in sorted(
+        set(table[["env", "budget", "algo", "engine"]].itertuples(index=False, name=None))
+    ):
+        if arm == REFERENCE:
+            continue
+        both = table[(table.env == env) & (table.budget == budget) & (table.algo == algo)]
+        both = both[both.engine.isin([REFERENCE, arm])]
+        paired = both.pivot_table(index="seed", columns="engine", values=list(OUTCOMES)).dropna()
         for key, label in OUTCOMES.items():
-            if (key, "sb3") not in paired or (key, "vectorised") not in paired or len(paired) < 2:
+            if (key, REFERENCE) not in paired or (key, arm) not in paired or len(paired) < 2:
                 continue
-            sb3, vec = paired[(key, "sb3")].to_numpy(), paired[(key, "vectorised")].to_numpy()
+            sb3, vec = paired[(key, REFERENCE)].to_numpy(), paired[(key, arm)].to_numpy()
             margin = standardised_margin(sb3, MARGIN_FRACTION)
             result = paired_equivalence(sb3, vec, margin) if margin > 0 else None
             tested = budget == "reduced" and key == next(iter(OUTCOMES))
@@ -167,10 +180,11 @@ def agreement(table: pd.DataFrame) -> pd.DataFrame:
                     "env": env,
                     "budget": budget,
                     "algo": algo,
+                    "candidate": arm,
                     "outcome": label,
                     "n": len(paired),
                     "sb3": f"{sb3.mean():.3g} ± {sb3.std(ddof=1):.2g}",
-                    "vectorised": f"{vec.mean():.3g} ± {vec.std(ddof=1):.2g}",
+                    "candidate's": f"{vec.mean():.3g} ± {vec.std(ddof=1):.2g}",
                     "margin": f"{margin:.3g}",
                     "difference": f"{vec.mean() - sb3.mean():+.3g}",
                     "90% CI": "-" if result is None else f"[{result.low:+.3g}, {result.high:+.3g}]",
@@ -196,7 +210,7 @@ def figure(curve: pd.DataFrame, path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
     for ax, (env, budget, algo) in zip(axes.flat, panels):
         panel = curve[(curve.env == env) & (curve.budget == budget) & (curve.algo == algo)]
-        for engine, colour in zip(ENGINES, ("tab:blue", "tab:orange")):
+        for engine, colour in zip(ARMS, ("tab:blue", "tab:orange", "tab:green")):
             stats = panel[panel.engine == engine].groupby("env_steps_per_client")["mean_eval_scalarised"]
             mean, std, count = stats.mean(), stats.std(ddof=1).fillna(0.0), stats.count()
             if mean.empty:
@@ -249,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", choices=sorted(BUDGETS), default="deep-sea-treasure")
     parser.add_argument("--budget", choices=("reduced", "full"), default="reduced")
     parser.add_argument("--algos", nargs="+", default=["local", "fedpref"])
+    parser.add_argument("--arms", nargs="+", choices=sorted(ARMS), default=["sb3", "vectorised"])
     parser.add_argument("--seeds", nargs="+", default=["0-29"], help="seeds or ranges (default: 0-29)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one core each)")
     parser.add_argument("--runs", type=Path, default=Path("multirun/engine-agreement"), help="run directories")
@@ -262,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             (run_dir(args.runs, args.env, args.budget, algo, engine, seed), args.env, args.budget, algo, engine, seed)
             for seed in parse_seeds(args.seeds)
             for algo in args.algos
-            for engine in ENGINES
+            for engine in args.arms
         ]
         existing = args.out / "runs.csv"
         table = pd.read_csv(existing) if existing.exists() else pd.DataFrame()
@@ -271,8 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         # a run already in runs.csv keeps its row (and the commit that produced it)
         work = [job for job in work if (job[1], job[2], job[3], job[4], job[5]) not in done]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for path in pool.map(lambda job: run_one(*job), work):
-                table = pd.concat([table, pd.DataFrame([row(path, args.budget, commit)])], ignore_index=True)
+            for job, path in zip(work, pool.map(lambda job: run_one(*job), work)):
+                table = pd.concat([table, pd.DataFrame([row(path, args.budget, job[4], commit)])], ignore_index=True)
                 atomic_write_text(existing, table.to_csv(index=False))
                 print(f"{path}: {table['mean_scalarised'].iloc[-1]:.3f}", flush=True)
     print(report(args.out, args.runs))
