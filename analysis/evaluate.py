@@ -43,18 +43,21 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
+from morlfed.analysis.arguments import (
+    add_run_arguments,
+    add_table_arguments,
+    check_table_arguments,
+    default_out,
+    report_skipped,
+)
 from morlfed.analysis.campaign import (
-    VISION_METRICS,
     evaluate_runs,
     evaluate_vision_runs,
     select_runs,
     split_duplicates,
 )
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
-from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
-from morlfed.analysis.tables import TABLE_ORDER, comparison_markdown, vision_comparison_markdown
-from morlfed.metrics import METRICS
+from morlfed.analysis.tables import write_comparison
 from morlfed.rundir import atomic_write_text
 
 PROG = "analysis.evaluate"
@@ -67,22 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         "summary.csv, stats.csv (paired tests against a reference variant) and comparison.md.",
     )
     add_run_arguments(p, "returns the metrics are computed on")
-    p.add_argument(
-        "--metrics",
-        nargs="+",
-        choices=list(METRICS),
-        metavar="METRIC",
-        help=f"metrics of comparison.md, in order (default: {' '.join(TABLE_ORDER)})",
-    )
-    p.add_argument("--decimals", type=int, default=2, help="decimals shown in comparison.md (default: 2)")
-    p.add_argument(
-        "--reference",
-        default=REFERENCE,
-        help=f"the variant every other is tested against, a glob over labels (default: {REFERENCE})",
-    )
-    p.add_argument(
-        "--level", type=float, default=LEVEL, help=f"significance level of the paired tests (default: {LEVEL})"
-    )
+    add_table_arguments(p)
     p.add_argument(
         "--keep-logs",
         action="store_true",
@@ -99,10 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.decimals < 0:
-        parser.error(f"--decimals must be >= 0, got {args.decimals}")
-    if not 0.0 < args.level < 1.0:
-        parser.error(f"--level must be in (0, 1), got {args.level}")
+    check_table_arguments(parser, args)
     out = default_out(parser, args.runs, args.out)
     runs, skipped = load_runs(args.runs, tasks=TASKS)
     valid, dropped = select_runs([r for r in runs if isinstance(r, Run)], args.returns)
@@ -112,37 +97,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not valid and not vision:
         print(f"{PROG}: error: no valid run directory in {' '.join(args.runs)}", file=sys.stderr)
         return 1
-    parts, written, mismatches = [], [], []
+    written, mismatches = [], []
     out.mkdir(parents=True, exist_ok=True)
+    campaign, vision_summary = None, None
     if valid:
         campaign = evaluate_runs(valid, args.returns)
         campaign.skipped = skipped
         mismatches += campaign.mismatches
         atomic_write_text(out / "summary.csv", campaign.summary.to_csv(index=False))
-        tested = {m: METRICS[m] for m in args.metrics or TABLE_ORDER}
-        stats = campaign_stats(campaign.summary, tested, args.reference, args.level)
-        atomic_write_text(out / "stats.csv", stats.to_csv(index=False))
-        parts.append(comparison_markdown(campaign, args.metrics, args.decimals, args.reference, args.level))
-        written += [out / "summary.csv", out / "stats.csv"]
+        written.append(out / "summary.csv")
     if vision:
         vision_summary, vision_mismatches = evaluate_vision_runs(vision)
         mismatches += vision_mismatches
         atomic_write_text(out / "vision_summary.csv", vision_summary.to_csv(index=False))
-        vision_stats = campaign_stats(vision_summary, VISION_METRICS, args.reference, args.level, "data")
-        atomic_write_text(out / "vision_stats.csv", vision_stats.to_csv(index=False))
-        parts.append(
-            vision_comparison_markdown(
-                vision_summary, args.decimals, () if valid else skipped, args.reference, args.level
-            )
-        )
-        written += [out / "vision_summary.csv", out / "vision_stats.csv"]
+        written.append(out / "vision_summary.csv")
+    written += write_comparison(
+        out, campaign, vision_summary, skipped, args.metrics, args.decimals, args.reference, args.level
+    )
     for line in mismatches:
         print(f"{PROG}: warning: {line}", file=sys.stderr)
     if args.keep_logs:
         archive_runs([*valid, *vision], out / "runs")
         written.append(out / "runs")
-    atomic_write_text(out / "comparison.md", "\n".join(parts))
-    written.append(out / "comparison.md")
     kinds = " and ".join(([f"{len(valid)} runs"] if valid else []) + ([f"{len(vision)} vision runs"] if vision else []))
     returns = f", {args.returns} returns" if valid else ""
     print(

@@ -10,12 +10,15 @@ A row some of whose runs reported their strategy inert (``inert_warning``) has i
   datasets for vision runs);
 * :func:`metrics_table`: one environment under one preference distribution, columns metrics;
 * :func:`budget_table`: the env steps each client took and the wall time, per group of variants;
-* :func:`comparison_markdown` / :func:`vision_comparison_markdown`: ``comparison.md``.
+* :func:`comparison_markdown` / :func:`vision_comparison_markdown`: ``comparison.md``;
+* :func:`write_comparison`: ``stats.csv`` / ``vision_stats.csv`` and ``comparison.md`` of an
+  evaluated campaign (``analysis.evaluate``) or of a committed summary (``analysis.rebuild``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,12 +27,14 @@ from morlfed.analysis.campaign import VISION_METRICS, Campaign
 from morlfed.analysis.stats import (
     LEVEL,
     REFERENCE,
+    campaign_stats,
     check_one_run_per_seed,
     compare_to_reference,
     marker_note,
     reference_variant,
 )
 from morlfed.metrics import METRICS, MetricInfo
+from morlfed.rundir import atomic_write_text
 
 #: Metric order of ``comparison.md`` (the paper's Tables 3-6 first).
 TABLE_ORDER: tuple[str, ...] = (
@@ -306,6 +311,24 @@ def budget_table(summary: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def reference_front_lines(summary: pd.DataFrame) -> list[str]:
+    """The lines of ``comparison.md`` naming the reference front of IGD / IGD+ per environment and
+    gamma, read from the summary's ``gamma``, ``front`` and ``front_size`` columns (a campaign
+    front is the non-dominated union of every run evaluated on that environment, so its run count
+    is the summary's), so that the header can be rebuilt from a committed summary alone.
+
+    :param summary: ``summary.csv`` rows
+    """
+    lines = []
+    for (env, _), part in summary.groupby(["env", "gamma"], sort=True):
+        first = part.iloc[0]  # every run of an (env, gamma) shares its reference front
+        what = (
+            "known front" if first["front"] == "known" else f"campaign front (non-dominated union of {len(part)} runs)"
+        )
+        lines.append(f"- {env} (gamma {float(first['gamma']):g}): {what}, {int(first['front_size'])} points")
+    return lines
+
+
 def comparison_markdown(
     campaign: Campaign,
     metrics: Sequence[str] | None = None,
@@ -336,11 +359,7 @@ def comparison_markdown(
         "Reference fronts for IGD / IGD+:",
         "",
     ]
-    for (env, gamma), front in sorted(campaign.fronts.items()):
-        what = (
-            "known front" if front.source == "known" else f"campaign front (non-dominated union of {front.n_runs} runs)"
-        )
-        lines.append(f"- {env} (gamma {gamma:g}): {what}, {len(front.points)} points")
+    lines += reference_front_lines(summary)
     lines += run_notes(summary, campaign.skipped)
     lines += ["", "## Budget", "", budget_table(summary)]
     for dist in sorted(summary["dist"].unique()):
@@ -397,3 +416,44 @@ def vision_comparison_markdown(
                 arrow = "↑ higher" if info.higher_is_better else "↓ lower"
                 lines += ["", f"### {info.title} ({arrow} is better)", "", table]
     return "\n".join(lines) + "\n"
+
+
+def write_comparison(
+    out: Path,
+    campaign: Campaign | None,
+    vision_summary: pd.DataFrame | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
+    metrics: Sequence[str] | None = None,
+    decimals: int = 2,
+    reference: str = REFERENCE,
+    level: float = LEVEL,
+) -> list[Path]:
+    """Write the paired tests (``stats.csv`` for ``campaign``, ``vision_stats.csv`` for
+    ``vision_summary``) and ``comparison.md`` (both parts, RL first) into ``out``; return the paths.
+
+    :param out: the output folder (it exists)
+    :param campaign: the evaluated RL runs, or ``None``
+    :param vision_summary: ``vision_summary.csv`` rows, or ``None``
+    :param skipped: ``(path, reason)`` of run directories left out, listed by the vision part when
+        there is no RL part (the RL part lists ``campaign.skipped``)
+    :param metrics: keys of :data:`morlfed.metrics.METRICS` tested and tabulated, in order
+        (default :data:`TABLE_ORDER`)
+    :param decimals: decimals shown
+    :param reference: a glob over variant labels naming the reference variant of the tests
+    :param level: the significance level of the paired tests
+    """
+    parts, written = [], []
+    if campaign is not None:
+        tested = {m: METRICS[m] for m in metrics or TABLE_ORDER}
+        stats = campaign_stats(campaign.summary, tested, reference, level)
+        atomic_write_text(out / "stats.csv", stats.to_csv(index=False))
+        parts.append(comparison_markdown(campaign, metrics, decimals, reference, level))
+        written.append(out / "stats.csv")
+    if vision_summary is not None:
+        vision_stats = campaign_stats(vision_summary, VISION_METRICS, reference, level, "data")
+        atomic_write_text(out / "vision_stats.csv", vision_stats.to_csv(index=False))
+        shown = () if campaign is not None else skipped
+        parts.append(vision_comparison_markdown(vision_summary, decimals, shown, reference, level))
+        written.append(out / "vision_stats.csv")
+    atomic_write_text(out / "comparison.md", "\n".join(parts))
+    return [*written, out / "comparison.md"]

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from morlfed import envs
 from morlfed.analysis.campaign import evaluate_runs, variant_labels
 from morlfed.analysis.evaluate import main
+from morlfed.analysis.rebuild import main as rebuild
 from morlfed.analysis.runs import RunDirError, find_run_dirs, load_run, load_runs
 from morlfed.analysis.tables import comparison_markdown, metric_table
 from morlfed.metrics import METRICS, ReferencePointWarning, compute_metrics, equally_spaced_weights, hypervolume
@@ -258,6 +259,25 @@ def test_kept_logs_are_run_directories_that_evaluate_to_the_same_metrics(campaig
         again[columns].sort_values(["label", "seed"]).reset_index(drop=True),
     )
     assert (tmp_path / "again" / "stats.csv").read_text() == (out / "stats.csv").read_text()
+
+
+def test_rebuild_rewrites_tests_and_tables_from_the_summary_alone(campaign_dir, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main([str(campaign_dir), "--out", str(out), "--reference", "fedavg", "--level", "0.1"]) == 0
+    written = {name: (out / name).read_text() for name in ("summary.csv", "stats.csv", "comparison.md")}
+    skipped = "\n\nSkipped run directories (not averaged in):\n\n- `" + str(campaign_dir / "c" / "unfinished")
+    (out / "stats.csv").write_text("stale\n")
+    (out / "comparison.md").unlink()
+    assert rebuild([str(out), "--reference", "fedavg", "--level", "0.1"]) == 0
+    assert f"{out}: wrote stats.csv, comparison.md" in capsys.readouterr().out
+    assert (out / "summary.csv").read_text() == written["summary.csv"]  # never written
+    assert (out / "stats.csv").read_text() == written["stats.csv"]
+    # the same tables; only the skipped run directories are unknown to a summary
+    before = written["comparison.md"]
+    start = before.index(skipped)
+    assert (out / "comparison.md").read_text() == before[:start] + before[before.index("\n\n## Budget", start) :]
+    assert rebuild([str(tmp_path / "nothing")]) == 1
+    assert "holds no summary.csv or vision_summary.csv" in capsys.readouterr().err
 
 
 def test_campaign_front_for_an_env_without_known_front(tmp_path, dst):
