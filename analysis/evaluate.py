@@ -13,10 +13,11 @@ environment. Writes to ``--out``:
   per preference distribution and metric, rows algorithm (with "+FT" variants) and seeds n,
   columns environment, cells mean +- std over seeds, marked where significantly better or worse
   than the ``--reference`` variant (default ``fedpref``) in a paired test over seeds at ``--level``
-  (default 0.05; :mod:`analysis.stats`: Wilcoxon signed-rank from 6 pairs, else the paired t-test),
-  the test stated under each table;
+  (default 0.05; :mod:`analysis.stats`: the exact sign-flip permutation test of the mean
+  difference; cells with too few pairs to reach the level are said to be so, not marked), the
+  test stated under each table;
 * ``stats.csv``: those tests, one row per distribution, environment, metric and variant (pairs,
-  mean difference, test, p-value, confidence interval, significance, direction);
+  mean difference, test, p-value, the smallest p-value the pairs allow, significance, direction);
 * with ``--keep-logs``, ``runs/<run name>/``: a copy of each evaluated run's logs
   (:data:`analysis.runs.LOG_FILES`: config, preferences, per-round ``rounds.csv`` and
   ``clusters.jsonl``, ``final.csv``, ``metrics.json``, ``run.log``; no checkpoints). The copies

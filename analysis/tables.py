@@ -147,15 +147,15 @@ def _marks(
     """The significant directions per ``(variant, <column> value, metric)`` against the reference
     (:func:`analysis.stats.compare_to_reference`) and the note under the table."""
     directions: dict[tuple[str, str, str], str] = {}
-    tests: set[str] = set()
+    tested: list[int] = []  # the pairs of every tested cell
     for metric in metrics:
         stats = compare_to_reference(part, metric, registry[metric], reference, level, column)
-        tests |= set(stats["test"])
+        tested += [int(n) for n, test in zip(stats["n"], stats["test"]) if test]
         directions |= {
             (str(v), str(e), metric): str(d) for v, e, d in zip(stats["variant"], stats[column], stats["direction"])
         }
     found = reference_variant(sorted(part["variant"].unique()), reference)
-    note = f"n: seeds per row; (n=k): a cell with fewer defined values. {marker_note(tests, found, level)}"
+    note = f"n: seeds per row; (n=k): a cell with fewer defined values. {marker_note(tested, found, level)}"
     return directions, note
 
 
