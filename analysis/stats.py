@@ -254,7 +254,8 @@ def marker_note(tested: list[int], reference: str | None, level: float) -> str:
         return (
             f"{test} **n too small for {level:g}: no cell can be marked.** Every cell here is tested over {few}, "
             f"and with n pairs no exact two-sided test can go below p = 2/2^n ({smallest_p(most):.4g} at {most}); "
-            f"{need} pairs are the fewest that can reach {level:g}. Unmarked differences are untested, not equal."
+            f"{need} pairs are the fewest that can reach {level:g}. An unmarked cell is not shown to differ from "
+            f"{reference}, nor shown to equal it."
         )
     if min(tested) < need:
         return (
