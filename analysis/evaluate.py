@@ -9,6 +9,8 @@ environment. Writes to ``--out``:
 
 * ``summary.csv``: one row per run (its directory, relative to the current one when below it;
   its identity, budget and wall time; the reference front used; every metric);
+* ``eu_weights.csv``: the weights its expected utility was computed with, for each number of
+  objectives evaluated (:func:`analysis.campaign.eu_weights_table`);
 * ``comparison.md``: the budget (env steps per client of each group of variants), then one table
   per preference distribution and metric, rows algorithm (with "+FT" variants) and seeds n,
   columns environment, cells mean +- std over seeds, marked where significantly better or worse
@@ -52,6 +54,7 @@ from morlfed.analysis.arguments import (
     report_skipped,
 )
 from morlfed.analysis.campaign import (
+    eu_weights_table,
     evaluate_runs,
     evaluate_vision_runs,
     select_runs,
@@ -106,7 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         campaign.skipped = skipped
         mismatches += campaign.mismatches
         atomic_write_text(out / "summary.csv", campaign.summary.to_csv(index=False))
-        written.append(out / "summary.csv")
+        weights = eu_weights_table([len(run.spec.objectives) for run in valid])
+        atomic_write_text(out / "eu_weights.csv", weights.to_csv(index=False))
+        written += [out / "summary.csv", out / "eu_weights.csv"]
     if vision:
         vision_summary, vision_mismatches = evaluate_vision_runs(vision)
         mismatches += vision_mismatches

@@ -23,7 +23,14 @@ from morlfed.analysis.evaluate import main
 from morlfed.analysis.rebuild import main as rebuild
 from morlfed.analysis.runs import RunDirError, find_run_dirs, load_run, load_runs
 from morlfed.analysis.tables import comparison_markdown, metric_table
-from morlfed.metrics import METRICS, ReferencePointWarning, compute_metrics, equally_spaced_weights, hypervolume
+from morlfed.metrics import (
+    METRICS,
+    ReferencePointWarning,
+    compute_metrics,
+    equally_spaced_weights,
+    eu_weights,
+    hypervolume,
+)
 
 
 @pytest.fixture(scope="module")
@@ -226,6 +233,10 @@ def test_cli_writes_summary_and_comparison_and_reports_skipped(campaign_dir, tmp
         for key in METRICS:  # None (not defined) is an empty cell
             assert np.isnan(row[key]) if stored[key] is None else row[key] == pytest.approx(stored[key])
     assert (summary["env_steps_per_client"] == 300).all()
+    weights = pd.read_csv(tmp_path / "eu_weights.csv")  # the expected utility's weights, beside it
+    assert list(weights.columns) == ["objectives", "index", "w_0", "w_1"] and set(weights["objectives"]) == {2}
+    np.testing.assert_array_equal(weights[["w_0", "w_1"]], eu_weights(2))
+    np.testing.assert_allclose(weights["w_0"], np.linspace(0.0, 1.0, 100))
     stats = pd.read_csv(tmp_path / "stats.csv")
     hv = stats[(stats["metric"] == "hypervolume") & (stats["variant"] == "fedavg")].iloc[0]
     assert (hv["reference"], hv["n"], hv["test"]) == ("fedpref", 2, "sign-flip") and pd.isna(hv["direction"])
