@@ -85,6 +85,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "env",
     *_VARIANT_COLUMNS,
     "env_steps_per_client",
+    "loss_env_steps_per_client",
     "wall_time_s",
     "returns",
     "gamma",
@@ -343,6 +344,9 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
                 "env": run.env,
                 **_variant_cells(run, variant, len(run.weights)),
                 "env_steps_per_client": np.nan if run.env_steps is None else float(np.mean(run.env_steps)),
+                "loss_env_steps_per_client": (
+                    np.nan if run.loss_env_steps is None else float(np.mean(run.loss_env_steps))
+                ),
                 "wall_time_s": run.info.get("wall_time_s"),
                 "returns": returns,
                 "gamma": gamma,

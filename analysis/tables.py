@@ -278,34 +278,65 @@ def metrics_table(
     return "\n".join(lines) + f"\n\n{note}{inert_note}"
 
 
+def _steps_column(summary: pd.DataFrame, column: str) -> pd.Series:
+    """A summary's env-steps column as numbers (all NaN when the summary predates it)."""
+    return pd.to_numeric(summary.get(column, pd.Series(np.nan, summary.index)), errors="coerce")
+
+
+def _loss_steps_cell(loss: pd.Series) -> str:
+    """The loss-evaluation env steps per client of a group of runs: their mean over the runs, with
+    the range when the runs differ (their episodes' lengths do), or "not recorded"."""
+    if not np.isfinite(loss).all():
+        return "not recorded"
+    if loss.min() == loss.max():
+        return f"{loss.mean():.0f}"
+    return f"{loss.mean():.0f} (min {loss.min():.0f}, max {loss.max():.0f})"
+
+
 def budget_table(summary: pd.DataFrame) -> str:
     """What each group of runs cost, one row per environment, preference distribution and number
-    of env steps per client (the variants that share it listed): clients, rounds, local steps, env
-    steps per client and per run, runs, wall time of the federation loop ("all" when every variant
-    of the environment and distribution took the same). Runs that did not record their env steps
-    (``env_steps_per_client`` empty) form a group of their own.
+    of training env steps per client (the variants that share it listed): clients, rounds, local
+    steps, env steps per client and per run, runs, wall time of the federation loop ("all" when
+    every variant of the environment and distribution took the same). Runs that did not record
+    their env steps (``env_steps_per_client`` empty) form a group of their own.
+
+    When the summary records the env steps spent measuring losses (``loss_env_steps_per_client``,
+    runs made since they are counted), the table has them in a column of their own (0 for the
+    strategies that measure none) beside the training env steps, which group the runs, and the env
+    steps per run count both. Otherwise ``env_steps_per_client`` is the training's.
 
     :param summary: ``summary.csv`` rows (with ``wall_time_s``)
     """
-    per_client = pd.to_numeric(summary.get("env_steps_per_client", pd.Series(np.nan, summary.index)), errors="coerce")
-    frame = summary.assign(per_client=per_client.round())
+    total, loss = _steps_column(summary, "env_steps_per_client"), _steps_column(summary, "loss_env_steps_per_client")
+    by_purpose = bool(loss.notna().any())
+    training = (total - loss).where(loss.notna(), total)  # summaries that predate the count: all training
+    frame = summary.assign(per_client=training.round(), loss=loss, total=total)
     variants = frame.groupby(["env", "dist"])["variant"].nunique()
+    steps_header = (
+        "training env steps per client | loss-evaluation env steps per client" if by_purpose else "env steps per client"
+    )
     lines = [
-        "| environment | preferences | algorithms | clients | rounds | local steps | env steps per client "
-        "| env steps per run | runs | wall time per run (s) | total (min) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| environment | preferences | algorithms | clients | rounds | local steps | "
+        f"{steps_header} | env steps per run | runs | wall time per run (s) | total (min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if by_purpose else ""),
     ]
     for (env, dist, steps), part in frame.groupby(["env", "dist", "per_client"], sort=True, dropna=False):
         budget = " | ".join(
             ", ".join(map(str, sorted(part[c].unique()))) for c in ("n_clients", "rounds", "local_steps")
         )
         recorded = np.isfinite(steps)
-        per_run = ", ".join(str(int(steps * n)) for n in sorted(part["n_clients"].unique())) if recorded else "—"
+        per_client = f"{int(steps)}" if recorded else "not recorded"
+        if by_purpose:
+            per_client += f" | {_loss_steps_cell(part['loss'])}"
+        every = part["total"].mean() if np.isfinite(part["total"]).all() else np.nan
+        per_run = (
+            ", ".join(f"{every * n:.0f}" for n in sorted(part["n_clients"].unique())) if np.isfinite(every) else "—"
+        )
         names = "all" if part["variant"].nunique() == variants[env, dist] else ", ".join(_row_order(part))
         wall = pd.to_numeric(part["wall_time_s"], errors="coerce")
         times = f"{wall.mean():.0f} (min {wall.min():.0f}, max {wall.max():.0f}) | {wall.sum() / 60:.0f}"
         lines.append(
-            f"| {env} | {dist} | {names} | {budget} | {int(steps) if recorded else 'not recorded'} "
+            f"| {env} | {dist} | {names} | {budget} | {per_client} "
             f"| {per_run} | {len(part)} | {times if wall.notna().all() else '— | —'} |"
         )
     return "\n".join(lines)
