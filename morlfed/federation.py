@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -99,6 +100,8 @@ class FederationOutcome:
         predates the count)
     :param inert_warning: how the run left its strategy inert (:meth:`Strategy.inert_warning`), or
         ``None``; logged as a warning and stored in ``metrics.json``
+    :param split_events: every cluster split of the run (:meth:`Strategy.split_events`), ``None``
+        for a strategy that does not split clusters
     """
 
     evaluations: dict[int, Evaluation]
@@ -107,6 +110,15 @@ class FederationOutcome:
     steps_spent: dict[int, int | None] = field(default_factory=dict)
     inert_warning: str | None = None
     loss_steps_spent: dict[int, int | None] = field(default_factory=dict)
+    split_events: list[dict[str, Any]] | None = None
+
+    def strategy_record(self) -> dict[str, Any]:
+        """What ``metrics.json`` keeps of the strategy's own account of the run: ``inert_warning``,
+        and ``split_events`` for a strategy that splits clusters."""
+        record: dict[str, Any] = {"inert_warning": self.inert_warning}
+        if self.split_events is not None:
+            record["split_events"] = self.split_events
+        return record
 
 
 def participants_for(cfg: FederationConfig, round: int) -> list[int]:
@@ -242,7 +254,13 @@ class Federation:
         model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
         seconds = time.perf_counter() - started
         return FederationOutcome(
-            evaluations, model_ids, seconds, dict(self._steps_spent), inert, dict(self._loss_steps_spent)
+            evaluations,
+            model_ids,
+            seconds,
+            dict(self._steps_spent),
+            inert,
+            dict(self._loss_steps_spent),
+            self.strategy.split_events(),
         )
 
     def _count_steps(self, ok: dict[int, FitResult]) -> None:

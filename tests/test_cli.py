@@ -70,6 +70,10 @@ def test_smoke_run_writes_every_file(smoke: Path):
         "loss_evaluation": {"mean": 0.0, "min": 0, "max": 0},
     }
     assert metrics["inert_warning"] is None  # FedPref has no inert outcome to report
+    # every split of the run, as clusters.jsonl logged them round by round
+    logged = [(c["round"], sorted(side)) for c in clusters for split in c["splits"] for side in split]
+    recorded = [(e["round"], side) for e in metrics["split_events"] for side in e["sides"]]
+    assert recorded == logged and all(e["sizes"] == [len(s) for s in e["sides"]] for e in metrics["split_events"])
     assert (smoke / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sim = np.load(smoke / "similarity_1.npy")
     assert sim.shape == (3, 3) and np.allclose(np.diag(sim), 1, atol=1e-5)
@@ -94,6 +98,7 @@ def test_the_env_steps_of_loss_evaluations_are_counted(tmp_path: Path, morlfed_c
     assert purpose["training"] == {"mean": 600.0, "min": 600, "max": 600}
     assert purpose["loss_evaluation"] == {"mean": loss.mean(), "min": loss.min(), "max": loss.max()}
     assert metrics["env_steps_per_client"]["mean"] == pytest.approx(600 + loss.mean())
+    assert "split_events" not in metrics  # IFCA's K models are fixed: no cluster to split
     assert evaluate([str(out), "--out", str(tmp_path / "eval")]) == 0
     summary = pd.read_csv(tmp_path / "eval" / "summary.csv")
     assert summary["loss_env_steps_per_client"].tolist() == [loss.mean()]

@@ -66,7 +66,7 @@ def write_results(
     metrics = {
         **run.fields(env=spec.name, engine=engine),
         "wall_time_s": round(outcome.seconds, 2),
-        "inert_warning": outcome.inert_warning,
+        **outcome.strategy_record(),
         **run.branched(),
         "env_steps_per_client": env_steps_summary(total_steps),
         "env_steps_by_purpose": {
