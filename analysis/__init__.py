@@ -17,6 +17,8 @@ Libraries (what notebooks and other code import):
 Command lines (argument parsing, printing and exit status only):
 
 * :mod:`analysis.evaluate` -- ``python -m morlfed.analysis.evaluate``: ``summary.csv`` and ``comparison.md``.
+* :mod:`analysis.rebuild` -- ``python -m morlfed.analysis.rebuild DIR``: ``stats.csv`` and
+  ``comparison.md`` of an evaluated folder rewritten from its ``summary.csv`` alone.
 * :mod:`analysis.plot` -- ``python -m morlfed.analysis.plot``: every figure of a campaign as PNG and PDF.
 * :mod:`analysis.results` -- ``python -m morlfed.analysis.results DOC``: the generated tables of
   ``docs/results.md`` rebuilt from committed ``summary.csv`` files.

@@ -1,5 +1,6 @@
 """Command-line pieces the analysis commands share: the arguments naming the runs, the output
-folder and the returns, and the report of skipped run directories."""
+folder and the returns, the options of the comparison tables and their tests, and the report of
+skipped run directories."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from morlfed.metrics import RETURN_KINDS
+from morlfed.analysis.stats import LEVEL, REFERENCE
+from morlfed.analysis.tables import TABLE_ORDER
+from morlfed.metrics import METRICS, RETURN_KINDS
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, returns_help: str) -> None:
@@ -34,6 +37,42 @@ def add_run_arguments(parser: argparse.ArgumentParser, returns_help: str) -> Non
         default="discounted",
         help=f"{returns_help} (default: discounted)",
     )
+
+
+def add_table_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``comparison.md`` and ``stats.csv``: ``--metrics``, ``--decimals``,
+    ``--reference`` and ``--level`` (checked by :func:`check_table_arguments`).
+
+    :param parser: the command's parser
+    """
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        choices=list(METRICS),
+        metavar="METRIC",
+        help=f"metrics of comparison.md, in order (default: {' '.join(TABLE_ORDER)})",
+    )
+    parser.add_argument("--decimals", type=int, default=2, help="decimals shown in comparison.md (default: 2)")
+    parser.add_argument(
+        "--reference",
+        default=REFERENCE,
+        help=f"the variant every other is tested against, a glob over labels (default: {REFERENCE})",
+    )
+    parser.add_argument(
+        "--level", type=float, default=LEVEL, help=f"significance level of the paired tests (default: {LEVEL})"
+    )
+
+
+def check_table_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Report a usage error for a negative ``--decimals`` or a ``--level`` outside (0, 1).
+
+    :param parser: the command's parser (reports the usage error)
+    :param args: its parsed arguments
+    """
+    if args.decimals < 0:
+        parser.error(f"--decimals must be >= 0, got {args.decimals}")
+    if not 0.0 < args.level < 1.0:
+        parser.error(f"--level must be in (0, 1), got {args.level}")
 
 
 def default_out(parser: argparse.ArgumentParser, runs: Sequence[str], out: Path | None) -> Path:

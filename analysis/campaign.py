@@ -40,6 +40,7 @@ from morlfed.metrics import (
     campaign_front,
     check_reference_point,
     compute_metrics,
+    eu_weights,
 )
 
 #: An RL or a vision run (:func:`split_duplicates` returns runs of the type it is given).
@@ -84,6 +85,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "env",
     *_VARIANT_COLUMNS,
     "env_steps_per_client",
+    "loss_env_steps_per_client",
     "wall_time_s",
     "returns",
     "gamma",
@@ -342,6 +344,9 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
                 "env": run.env,
                 **_variant_cells(run, variant, len(run.weights)),
                 "env_steps_per_client": np.nan if run.env_steps is None else float(np.mean(run.env_steps)),
+                "loss_env_steps_per_client": (
+                    np.nan if run.loss_env_steps is None else float(np.mean(run.loss_env_steps))
+                ),
                 "wall_time_s": run.info.get("wall_time_s"),
                 "returns": returns,
                 "gamma": gamma,
@@ -354,6 +359,23 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
     summary = pd.DataFrame(rows, columns=[*SUMMARY_COLUMNS, *METRICS])
     summary = summary.sort_values(["env", "dist", "algo", "finetune", "variant", "seed"], kind="stable")
     return Campaign(summary.reset_index(drop=True), fronts, returns, mismatches=mismatches)
+
+
+def eu_weights_table(objectives: Sequence[int]) -> pd.DataFrame:
+    """``eu_weights.csv``: the weights the expected utility of ``summary.csv`` was computed with
+    (:func:`morlfed.metrics.eu_weights`), for each number of objectives among the evaluated
+    environments: columns ``objectives``, ``index`` and ``w_0 .. w_{M-1}`` (``M`` the most
+    objectives; an environment with fewer leaves the rest empty).
+
+    :param objectives: the numbers of objectives of the evaluated environments
+    """
+    rows = [
+        {"objectives": m, "index": k, **{f"w_{j}": float(x) for j, x in enumerate(w)}}
+        for m in sorted(set(objectives))
+        for k, w in enumerate(eu_weights(m))
+    ]
+    width = max(objectives, default=0)
+    return pd.DataFrame(rows, columns=["objectives", "index", *(f"w_{j}" for j in range(width))])
 
 
 def evaluate_vision_runs(runs: Sequence[VisionRun]) -> tuple[pd.DataFrame, list[str]]:

@@ -9,14 +9,17 @@ environment. Writes to ``--out``:
 
 * ``summary.csv``: one row per run (its directory, relative to the current one when below it;
   its identity, budget and wall time; the reference front used; every metric);
+* ``eu_weights.csv``: the weights its expected utility was computed with, for each number of
+  objectives evaluated (:func:`analysis.campaign.eu_weights_table`);
 * ``comparison.md``: the budget (env steps per client of each group of variants), then one table
   per preference distribution and metric, rows algorithm (with "+FT" variants) and seeds n,
   columns environment, cells mean +- std over seeds, marked where significantly better or worse
   than the ``--reference`` variant (default ``fedpref``) in a paired test over seeds at ``--level``
-  (default 0.05; :mod:`analysis.stats`: Wilcoxon signed-rank from 6 pairs, else the paired t-test),
-  the test stated under each table;
+  (default 0.05; :mod:`analysis.stats`: the exact sign-flip permutation test of the mean
+  difference; cells with too few pairs to reach the level are said to be so, not marked), the
+  test stated under each table;
 * ``stats.csv``: those tests, one row per distribution, environment, metric and variant (pairs,
-  mean difference, test, p-value, confidence interval, significance, direction);
+  mean difference, test, p-value, the smallest p-value the pairs allow, significance, direction);
 * with ``--keep-logs``, ``runs/<run name>/``: a copy of each evaluated run's logs
   (:data:`analysis.runs.LOG_FILES`: config, preferences, per-round ``rounds.csv`` and
   ``clusters.jsonl``, ``final.csv``, ``metrics.json``, ``run.log``; no checkpoints). The copies
@@ -43,18 +46,22 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
+from morlfed.analysis.arguments import (
+    add_run_arguments,
+    add_table_arguments,
+    check_table_arguments,
+    default_out,
+    report_skipped,
+)
 from morlfed.analysis.campaign import (
-    VISION_METRICS,
+    eu_weights_table,
     evaluate_runs,
     evaluate_vision_runs,
     select_runs,
     split_duplicates,
 )
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
-from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
-from morlfed.analysis.tables import TABLE_ORDER, comparison_markdown, vision_comparison_markdown
-from morlfed.metrics import METRICS
+from morlfed.analysis.tables import write_comparison
 from morlfed.rundir import atomic_write_text
 
 PROG = "analysis.evaluate"
@@ -67,22 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         "summary.csv, stats.csv (paired tests against a reference variant) and comparison.md.",
     )
     add_run_arguments(p, "returns the metrics are computed on")
-    p.add_argument(
-        "--metrics",
-        nargs="+",
-        choices=list(METRICS),
-        metavar="METRIC",
-        help=f"metrics of comparison.md, in order (default: {' '.join(TABLE_ORDER)})",
-    )
-    p.add_argument("--decimals", type=int, default=2, help="decimals shown in comparison.md (default: 2)")
-    p.add_argument(
-        "--reference",
-        default=REFERENCE,
-        help=f"the variant every other is tested against, a glob over labels (default: {REFERENCE})",
-    )
-    p.add_argument(
-        "--level", type=float, default=LEVEL, help=f"significance level of the paired tests (default: {LEVEL})"
-    )
+    add_table_arguments(p)
     p.add_argument(
         "--keep-logs",
         action="store_true",
@@ -99,10 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.decimals < 0:
-        parser.error(f"--decimals must be >= 0, got {args.decimals}")
-    if not 0.0 < args.level < 1.0:
-        parser.error(f"--level must be in (0, 1), got {args.level}")
+    check_table_arguments(parser, args)
     out = default_out(parser, args.runs, args.out)
     runs, skipped = load_runs(args.runs, tasks=TASKS)
     valid, dropped = select_runs([r for r in runs if isinstance(r, Run)], args.returns)
@@ -112,37 +101,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not valid and not vision:
         print(f"{PROG}: error: no valid run directory in {' '.join(args.runs)}", file=sys.stderr)
         return 1
-    parts, written, mismatches = [], [], []
+    written, mismatches = [], []
     out.mkdir(parents=True, exist_ok=True)
+    campaign, vision_summary = None, None
     if valid:
         campaign = evaluate_runs(valid, args.returns)
         campaign.skipped = skipped
         mismatches += campaign.mismatches
         atomic_write_text(out / "summary.csv", campaign.summary.to_csv(index=False))
-        tested = {m: METRICS[m] for m in args.metrics or TABLE_ORDER}
-        stats = campaign_stats(campaign.summary, tested, args.reference, args.level)
-        atomic_write_text(out / "stats.csv", stats.to_csv(index=False))
-        parts.append(comparison_markdown(campaign, args.metrics, args.decimals, args.reference, args.level))
-        written += [out / "summary.csv", out / "stats.csv"]
+        weights = eu_weights_table([len(run.spec.objectives) for run in valid])
+        atomic_write_text(out / "eu_weights.csv", weights.to_csv(index=False))
+        written += [out / "summary.csv", out / "eu_weights.csv"]
     if vision:
         vision_summary, vision_mismatches = evaluate_vision_runs(vision)
         mismatches += vision_mismatches
         atomic_write_text(out / "vision_summary.csv", vision_summary.to_csv(index=False))
-        vision_stats = campaign_stats(vision_summary, VISION_METRICS, args.reference, args.level, "data")
-        atomic_write_text(out / "vision_stats.csv", vision_stats.to_csv(index=False))
-        parts.append(
-            vision_comparison_markdown(
-                vision_summary, args.decimals, () if valid else skipped, args.reference, args.level
-            )
-        )
-        written += [out / "vision_summary.csv", out / "vision_stats.csv"]
+        written.append(out / "vision_summary.csv")
+    written += write_comparison(
+        out, campaign, vision_summary, skipped, args.metrics, args.decimals, args.reference, args.level
+    )
     for line in mismatches:
         print(f"{PROG}: warning: {line}", file=sys.stderr)
     if args.keep_logs:
         archive_runs([*valid, *vision], out / "runs")
         written.append(out / "runs")
-    atomic_write_text(out / "comparison.md", "\n".join(parts))
-    written.append(out / "comparison.md")
     kinds = " and ".join(([f"{len(valid)} runs"] if valid else []) + ([f"{len(vision)} vision runs"] if vision else []))
     returns = f", {args.returns} returns" if valid else ""
     print(

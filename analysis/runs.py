@@ -115,6 +115,8 @@ class Run(RunIdentity):
     :param name: a short unique name for tables and file names (set by :func:`load_runs`)
     :param env_steps: ``[n_clients]`` env steps each client took, from ``final.csv``'s
         ``env_steps``; ``None`` for a run that did not record them
+    :param loss_env_steps: ``[n_clients]`` of those spent measuring the losses of received
+        models, from ``final.csv``'s ``loss_env_steps``; ``None`` for a run that did not record them
     """
 
     path: Path
@@ -127,6 +129,7 @@ class Run(RunIdentity):
     clusters: list[dict[str, Any]] = field(default_factory=list)
     name: str = ""
     env_steps: np.ndarray | None = None
+    loss_env_steps: np.ndarray | None = None
 
     @property
     def env(self) -> str:
@@ -263,9 +266,17 @@ def _check_client_rows(path: Path, table: pd.DataFrame, n_clients: Any) -> None:
         raise RunDirError(path, "malformed final.csv: client ids are not 0..n-1, each once")
 
 
+def _steps_column(table: pd.DataFrame, column: str) -> np.ndarray | None:
+    """A ``final.csv`` column of env steps per client, ``None`` when absent or not all numbers."""
+    if column not in table:
+        return None
+    steps = pd.to_numeric(table[column], errors="coerce").to_numpy()
+    return steps if np.isfinite(steps).all() else None
+
+
 def _read_final(
     path: Path, spec: EnvSpec, n_clients: Any
-) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None]:
+) -> tuple[np.ndarray, dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
     table = _read_final_table(path)
     m = spec.n_objectives
     weight_cols = [f"w_{k}" for k in range(m)]
@@ -286,8 +297,7 @@ def _read_final(
     if (weights < 0).any():
         raise RunDirError(path, "malformed final.csv: negative preference weights")
     returns = {kind: table[return_columns(m, kind)].to_numpy(dtype=float) for kind in RETURN_KINDS}
-    steps = pd.to_numeric(table["env_steps"], errors="coerce").to_numpy() if "env_steps" in table else None
-    return weights, returns, steps if steps is not None and np.isfinite(steps).all() else None
+    return weights, returns, _steps_column(table, "env_steps"), _steps_column(table, "loss_env_steps")
 
 
 def cluster_history(records: Sequence[dict[str, Any]]) -> dict[int, list[list[int]]]:
@@ -365,9 +375,11 @@ def load_run(path: str | Path) -> Run | VisionRun:
     config, spec = _read_config(path)
     if info["env"] != spec.name:
         raise RunDirError(path, f"malformed: metrics.json says env {info['env']!r} but config.yaml says {spec.name!r}")
-    weights, returns, env_steps = _read_final(path, spec, config.get("n_clients"))
+    weights, returns, env_steps, loss_env_steps = _read_final(path, spec, config.get("n_clients"))
     rounds, clusters = read_logs(path)
-    return Run(path, info, config, spec, weights, returns, rounds, clusters, env_steps=env_steps)
+    return Run(
+        path, info, config, spec, weights, returns, rounds, clusters, env_steps=env_steps, loss_env_steps=loss_env_steps
+    )
 
 
 def is_run_dir(path: Path) -> bool:

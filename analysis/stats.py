@@ -3,23 +3,23 @@ the seeds of a campaign: what the comparison tables mark and ``stats.csv`` holds
 
 A variant and the reference are paired by seed within one preference distribution and one
 environment (or dataset): the runs of a seed share the preference draw and the initial model, so
-the per-seed difference removes that variation. With ``n`` pairs (seeds where both have a value):
+the per-seed difference removes that variation. With ``n`` pairs (seeds where both have a value)
+the test is the two-sided **exact sign-flip permutation test** of the mean difference
+(:func:`scipy.stats.permutation_test`, one sample, ``permutation_type="samples"``): under the null
+hypothesis each difference is as likely to have either sign, so the p-value is the share of the
+``2^n`` sign assignments whose mean is at least as far from 0 as the observed one. It is exact for
+any ``n``, assumes no normality, and never returns a p-value from zero spread: equal differences
+give ``2 / 2^n`` (0.25 for 3 pairs), identical runs (all differences 0) give 1.
 
-* ``n >= 6``: the two-sided **Wilcoxon signed-rank test** (:func:`scipy.stats.wilcoxon`) on the
-  differences; significant when ``p < level``.
-* ``2 <= n <= 5``: the two-sided **paired t-test**, reported as its ``1 - level`` confidence
-  interval of the mean difference; significant when the interval excludes 0. A rank test cannot
-  reach ``p < 0.05`` here (the smallest two-sided Wilcoxon p-value is ``2 / 2^n``: 0.25 for 3
-  seeds, 0.0625 for 5), and a percentile bootstrap of 3 differences is no better: its interval is
-  about ``[min, max]``, "significant" whenever the three share a sign, which happens by chance a
-  quarter of the time. The t-test assumes roughly normal differences.
-* ``n < 2``: no test.
+Because the observed assignment always counts, no exact two-sided paired test of ``n`` pairs can
+go below ``2 / 2^n`` (:func:`smallest_p`): at level 0.05 a cell needs 6 pairs or more
+(:func:`fewest_pairs`), and a cell with fewer is reported as "n too small" rather than tested
+against a level it cannot reach. Fewer than 2 pairs: no test.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,8 +32,14 @@ from morlfed.metrics import MetricInfo
 LEVEL = 0.05
 #: Default reference variant (a glob over variant labels that must match one label per table).
 REFERENCE = "fedpref"
-#: Fewest pairs for the Wilcoxon signed-rank test; below, the paired t-test.
-WILCOXON_MIN_PAIRS = 6
+#: The test's name in ``stats.csv`` and the notes under the tables.
+SIGN_FLIP = "sign-flip"
+#: Up to this many pairs the sign flips are enumerated (``2^n`` of them, exact; 0.2 s at 16);
+#: above, the test draws :data:`RESAMPLES` of them from a generator seeded 0, so a p-value is
+#: still the same on every run (no committed study has more than 5 seeds).
+EXACT_MAX_PAIRS = 16
+#: Sign assignments drawn above :data:`EXACT_MAX_PAIRS` pairs (p-values resolved to about 1e-5).
+RESAMPLES = 99_999
 #: Columns of ``stats.csv`` (the first is ``env``, or ``data`` for vision runs).
 STATS_COLUMNS: tuple[str, ...] = (
     "dist",
@@ -46,12 +52,32 @@ STATS_COLUMNS: tuple[str, ...] = (
     "mean_diff",
     "test",
     "p_value",
-    "ci_low",
-    "ci_high",
+    "smallest_p",
     "level",
     "significant",
     "direction",
 )
+
+
+def smallest_p(n: int) -> float:
+    """The smallest two-sided p-value an exact paired test of ``n`` pairs can give, ``2 / 2^n``
+    (1 below 2 pairs): the observed sign assignment and its mirror image always count.
+
+    :param n: number of pairs
+    """
+    return 1.0 if n < 2 else 2.0 / 2.0**n
+
+
+def fewest_pairs(level: float) -> int:
+    """The fewest pairs with which an exact two-sided paired test can reach ``p < level`` (6 at
+    0.05, 7 at 0.02, 8 at 0.01).
+
+    :param level: the significance level, in (0, 1)
+    """
+    n = 2
+    while smallest_p(n) >= level:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)
@@ -60,20 +86,18 @@ class PairedTest:
 
     :param n: number of pairs
     :param mean_diff: mean of the differences (NaN without pairs)
-    :param test: ``"wilcoxon"``, ``"paired t"`` or ``""`` (fewer than 2 pairs)
+    :param test: :data:`SIGN_FLIP`, or ``""`` below 2 pairs
     :param p_value: two-sided p-value (NaN without a test)
-    :param ci_low: lower end of the t-test's confidence interval of the mean difference (NaN for
-        Wilcoxon or no test)
-    :param ci_high: its upper end
-    :param significant: the difference is significant at the level
+    :param smallest_p: the smallest p-value ``n`` pairs can give (:func:`smallest_p`); a cell with
+        ``smallest_p >= level`` cannot be significant whatever its differences ("n too small")
+    :param significant: ``p_value < level``
     """
 
     n: int
     mean_diff: float
     test: str
     p_value: float
-    ci_low: float
-    ci_high: float
+    smallest_p: float
     significant: bool
 
 
@@ -89,20 +113,19 @@ def paired_test(diffs: np.ndarray, level: float = LEVEL) -> PairedTest:
     n, nan = len(d), float("nan")
     mean = float(d.mean()) if n else nan
     if n < 2:
-        return PairedTest(n, mean, "", nan, nan, nan, False)
-    if n >= WILCOXON_MIN_PAIRS:
-        if not d.any():  # every pair equal: no difference at all (scipy divides by zero here)
-            return PairedTest(n, mean, "wilcoxon", 1.0, nan, nan, False)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            p = float(stats.wilcoxon(d).pvalue)
-        return PairedTest(n, mean, "wilcoxon", p, nan, nan, p < level)
-    sd = float(d.std(ddof=1))
-    half = float(stats.t.ppf(1 - level / 2, n - 1)) * sd / np.sqrt(n)
-    # every difference the same: no spread to test against, the difference is certain
-    p = float(stats.ttest_1samp(d, 0.0).pvalue) if sd > 0 else float(mean == 0)
-    low, high = mean - half, mean + half
-    return PairedTest(n, mean, "paired t", p, low, high, bool(low > 0 or high < 0))
+        return PairedTest(n, mean, "", nan, smallest_p(n), False)
+    exact = n <= EXACT_MAX_PAIRS
+    result = stats.permutation_test(
+        (d,),
+        np.mean,
+        permutation_type="samples",  # one sample: the null distribution flips the signs
+        vectorized=True,
+        n_resamples=np.inf if exact else RESAMPLES,
+        alternative="two-sided",
+        rng=None if exact else np.random.default_rng(0),
+    )
+    p = float(result.pvalue)
+    return PairedTest(n, mean, SIGN_FLIP, p, smallest_p(n), p < level)
 
 
 def check_one_run_per_seed(summary: pd.DataFrame, column: str = "env") -> None:
@@ -167,9 +190,7 @@ def compare_to_reference(
             seeds = sorted(set(mine.index) & set(base.index))
             diffs = (mine[seeds] - base[seeds]).to_numpy()
             test = paired_test(diffs, level)
-            # the side the test found: the mean's for the t-test, the median's for the rank test
-            shift = float(np.median(diffs)) if test.test == "wilcoxon" else test.mean_diff
-            better = (shift > 0) == info.higher_is_better
+            better = (test.mean_diff > 0) == info.higher_is_better  # the test is of the mean difference
             direction = ("better" if better else "worse") if test.significant else ""
             rows.append(
                 {
@@ -209,25 +230,36 @@ def campaign_stats(
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[column, *STATS_COLUMNS])
 
 
-def marker_note(tests: set[str], reference: str | None, level: float) -> str:
-    """The note under a table: which test decided its markers, at which level.
+def marker_note(tested: list[int], reference: str | None, level: float) -> str:
+    """The note under a table: the test that decided its marks, at which level, and whether its
+    cells have pairs enough to reach that level at all.
 
-    :param tests: the tests used in the table (``"wilcoxon"``, ``"paired t"``; ``""`` ignored)
+    :param tested: the number of pairs of every tested cell of the table (2 or more each)
     :param reference: the reference variant, ``None`` when the table has none
     :param level: the significance level
     """
     if reference is None:
         return "No reference row in this table: no paired test, nothing marked."
-    used = []
-    if "wilcoxon" in tests:
-        used.append(f"Wilcoxon signed-rank test, p < {level:g} ({WILCOXON_MIN_PAIRS} or more pairs)")
-    if "paired t" in tests:
-        used.append(
-            f"paired t-test, the {1 - level:.0%} confidence interval of the mean difference excluding 0 "
-            f"(2 to {WILCOXON_MIN_PAIRS - 1} pairs, where no rank test can reach p < 0.05)"
-        )
-    how = "; ".join(used) if used else "no variant shares 2 or more seeds with it, so none is tested"
-    return (
-        f"▲ (bold) / ▼: significantly better / worse than {reference}, paired by seed at level {level:g}: {how}; "
-        "each cell tested on its own (no correction for multiple comparisons). Unmarked: no significant difference."
+    if not tested:
+        return f"No variant shares 2 or more seeds with {reference}, so none is tested and nothing is marked."
+    need = fewest_pairs(level)
+    test = (
+        f"▲ (bold) / ▼: significantly better / worse than {reference}, paired by seed: exact two-sided sign-flip "
+        f"permutation test of the mean difference, p < {level:g}; each cell tested on its own (no correction for "
+        "multiple comparisons)."
     )
+    most = max(tested)
+    if most < need:
+        few = f"{most} pairs" if min(tested) == most else f"{min(tested)} to {most} pairs"
+        return (
+            f"{test} **n too small for {level:g}: no cell can be marked.** Every cell here is tested over {few}, "
+            f"and with n pairs no exact two-sided test can go below p = 2/2^n ({smallest_p(most):.4g} at {most}); "
+            f"{need} pairs are the fewest that can reach {level:g}. An unmarked cell is not shown to differ from "
+            f"{reference}, nor shown to equal it."
+        )
+    if min(tested) < need:
+        return (
+            f"{test} Cells tested over fewer than {need} pairs (their p cannot go below 2/2^n) are n too small for "
+            f"{level:g} and left unmarked. Otherwise unmarked: no significant difference."
+        )
+    return f"{test} Unmarked: no significant difference."

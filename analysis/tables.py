@@ -10,12 +10,15 @@ A row some of whose runs reported their strategy inert (``inert_warning``) has i
   datasets for vision runs);
 * :func:`metrics_table`: one environment under one preference distribution, columns metrics;
 * :func:`budget_table`: the env steps each client took and the wall time, per group of variants;
-* :func:`comparison_markdown` / :func:`vision_comparison_markdown`: ``comparison.md``.
+* :func:`comparison_markdown` / :func:`vision_comparison_markdown`: ``comparison.md``;
+* :func:`write_comparison`: ``stats.csv`` / ``vision_stats.csv`` and ``comparison.md`` of an
+  evaluated campaign (``analysis.evaluate``) or of a committed summary (``analysis.rebuild``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,12 +27,14 @@ from morlfed.analysis.campaign import VISION_METRICS, Campaign
 from morlfed.analysis.stats import (
     LEVEL,
     REFERENCE,
+    campaign_stats,
     check_one_run_per_seed,
     compare_to_reference,
     marker_note,
     reference_variant,
 )
 from morlfed.metrics import METRICS, MetricInfo
+from morlfed.rundir import atomic_write_text
 
 #: Metric order of ``comparison.md`` (the paper's Tables 3-6 first).
 TABLE_ORDER: tuple[str, ...] = (
@@ -142,15 +147,15 @@ def _marks(
     """The significant directions per ``(variant, <column> value, metric)`` against the reference
     (:func:`analysis.stats.compare_to_reference`) and the note under the table."""
     directions: dict[tuple[str, str, str], str] = {}
-    tests: set[str] = set()
+    tested: list[int] = []  # the pairs of every tested cell
     for metric in metrics:
         stats = compare_to_reference(part, metric, registry[metric], reference, level, column)
-        tests |= set(stats["test"])
+        tested += [int(n) for n, test in zip(stats["n"], stats["test"]) if test]
         directions |= {
             (str(v), str(e), metric): str(d) for v, e, d in zip(stats["variant"], stats[column], stats["direction"])
         }
     found = reference_variant(sorted(part["variant"].unique()), reference)
-    note = f"n: seeds per row; (n=k): a cell with fewer defined values. {marker_note(tests, found, level)}"
+    note = f"n: seeds per row; (n=k): a cell with fewer defined values. {marker_note(tested, found, level)}"
     return directions, note
 
 
@@ -273,37 +278,86 @@ def metrics_table(
     return "\n".join(lines) + f"\n\n{note}{inert_note}"
 
 
+def _steps_column(summary: pd.DataFrame, column: str) -> pd.Series:
+    """A summary's env-steps column as numbers (all NaN when the summary predates it)."""
+    return pd.to_numeric(summary.get(column, pd.Series(np.nan, summary.index)), errors="coerce")
+
+
+def _loss_steps_cell(loss: pd.Series) -> str:
+    """The loss-evaluation env steps per client of a group of runs: their mean over the runs, with
+    the range when the runs differ (their episodes' lengths do), or "not recorded"."""
+    if not np.isfinite(loss).all():
+        return "not recorded"
+    if loss.min() == loss.max():
+        return f"{loss.mean():.0f}"
+    return f"{loss.mean():.0f} (min {loss.min():.0f}, max {loss.max():.0f})"
+
+
 def budget_table(summary: pd.DataFrame) -> str:
     """What each group of runs cost, one row per environment, preference distribution and number
-    of env steps per client (the variants that share it listed): clients, rounds, local steps, env
-    steps per client and per run, runs, wall time of the federation loop ("all" when every variant
-    of the environment and distribution took the same). Runs that did not record their env steps
-    (``env_steps_per_client`` empty) form a group of their own.
+    of training env steps per client (the variants that share it listed): clients, rounds, local
+    steps, env steps per client and per run, runs, wall time of the federation loop ("all" when
+    every variant of the environment and distribution took the same). Runs that did not record
+    their env steps (``env_steps_per_client`` empty) form a group of their own.
+
+    When the summary records the env steps spent measuring losses (``loss_env_steps_per_client``,
+    runs made since they are counted), the table has them in a column of their own (0 for the
+    strategies that measure none) beside the training env steps, which group the runs, and the env
+    steps per run count both. Otherwise ``env_steps_per_client`` is the training's.
 
     :param summary: ``summary.csv`` rows (with ``wall_time_s``)
     """
-    per_client = pd.to_numeric(summary.get("env_steps_per_client", pd.Series(np.nan, summary.index)), errors="coerce")
-    frame = summary.assign(per_client=per_client.round())
+    total, loss = _steps_column(summary, "env_steps_per_client"), _steps_column(summary, "loss_env_steps_per_client")
+    by_purpose = bool(loss.notna().any())
+    training = (total - loss).where(loss.notna(), total)  # summaries that predate the count: all training
+    frame = summary.assign(per_client=training.round(), loss=loss, total=total)
     variants = frame.groupby(["env", "dist"])["variant"].nunique()
+    steps_header = (
+        "training env steps per client | loss-evaluation env steps per client" if by_purpose else "env steps per client"
+    )
     lines = [
-        "| environment | preferences | algorithms | clients | rounds | local steps | env steps per client "
-        "| env steps per run | runs | wall time per run (s) | total (min) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| environment | preferences | algorithms | clients | rounds | local steps | "
+        f"{steps_header} | env steps per run | runs | wall time per run (s) | total (min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if by_purpose else ""),
     ]
     for (env, dist, steps), part in frame.groupby(["env", "dist", "per_client"], sort=True, dropna=False):
         budget = " | ".join(
             ", ".join(map(str, sorted(part[c].unique()))) for c in ("n_clients", "rounds", "local_steps")
         )
         recorded = np.isfinite(steps)
-        per_run = ", ".join(str(int(steps * n)) for n in sorted(part["n_clients"].unique())) if recorded else "—"
+        per_client = f"{int(steps)}" if recorded else "not recorded"
+        if by_purpose:
+            per_client += f" | {_loss_steps_cell(part['loss'])}"
+        every = part["total"].mean() if np.isfinite(part["total"]).all() else np.nan
+        per_run = (
+            ", ".join(f"{every * n:.0f}" for n in sorted(part["n_clients"].unique())) if np.isfinite(every) else "—"
+        )
         names = "all" if part["variant"].nunique() == variants[env, dist] else ", ".join(_row_order(part))
         wall = pd.to_numeric(part["wall_time_s"], errors="coerce")
         times = f"{wall.mean():.0f} (min {wall.min():.0f}, max {wall.max():.0f}) | {wall.sum() / 60:.0f}"
         lines.append(
-            f"| {env} | {dist} | {names} | {budget} | {int(steps) if recorded else 'not recorded'} "
+            f"| {env} | {dist} | {names} | {budget} | {per_client} "
             f"| {per_run} | {len(part)} | {times if wall.notna().all() else '— | —'} |"
         )
     return "\n".join(lines)
+
+
+def reference_front_lines(summary: pd.DataFrame) -> list[str]:
+    """The lines of ``comparison.md`` naming the reference front of IGD / IGD+ per environment and
+    gamma, read from the summary's ``gamma``, ``front`` and ``front_size`` columns (a campaign
+    front is the non-dominated union of every run evaluated on that environment, so its run count
+    is the summary's), so that the header can be rebuilt from a committed summary alone.
+
+    :param summary: ``summary.csv`` rows
+    """
+    lines = []
+    for (env, _), part in summary.groupby(["env", "gamma"], sort=True):
+        first = part.iloc[0]  # every run of an (env, gamma) shares its reference front
+        what = (
+            "known front" if first["front"] == "known" else f"campaign front (non-dominated union of {len(part)} runs)"
+        )
+        lines.append(f"- {env} (gamma {float(first['gamma']):g}): {what}, {int(first['front_size'])} points")
+    return lines
 
 
 def comparison_markdown(
@@ -336,11 +390,7 @@ def comparison_markdown(
         "Reference fronts for IGD / IGD+:",
         "",
     ]
-    for (env, gamma), front in sorted(campaign.fronts.items()):
-        what = (
-            "known front" if front.source == "known" else f"campaign front (non-dominated union of {front.n_runs} runs)"
-        )
-        lines.append(f"- {env} (gamma {gamma:g}): {what}, {len(front.points)} points")
+    lines += reference_front_lines(summary)
     lines += run_notes(summary, campaign.skipped)
     lines += ["", "## Budget", "", budget_table(summary)]
     for dist in sorted(summary["dist"].unique()):
@@ -397,3 +447,44 @@ def vision_comparison_markdown(
                 arrow = "↑ higher" if info.higher_is_better else "↓ lower"
                 lines += ["", f"### {info.title} ({arrow} is better)", "", table]
     return "\n".join(lines) + "\n"
+
+
+def write_comparison(
+    out: Path,
+    campaign: Campaign | None,
+    vision_summary: pd.DataFrame | None = None,
+    skipped: Sequence[tuple[str, str]] = (),
+    metrics: Sequence[str] | None = None,
+    decimals: int = 2,
+    reference: str = REFERENCE,
+    level: float = LEVEL,
+) -> list[Path]:
+    """Write the paired tests (``stats.csv`` for ``campaign``, ``vision_stats.csv`` for
+    ``vision_summary``) and ``comparison.md`` (both parts, RL first) into ``out``; return the paths.
+
+    :param out: the output folder (it exists)
+    :param campaign: the evaluated RL runs, or ``None``
+    :param vision_summary: ``vision_summary.csv`` rows, or ``None``
+    :param skipped: ``(path, reason)`` of run directories left out, listed by the vision part when
+        there is no RL part (the RL part lists ``campaign.skipped``)
+    :param metrics: keys of :data:`morlfed.metrics.METRICS` tested and tabulated, in order
+        (default :data:`TABLE_ORDER`)
+    :param decimals: decimals shown
+    :param reference: a glob over variant labels naming the reference variant of the tests
+    :param level: the significance level of the paired tests
+    """
+    parts, written = [], []
+    if campaign is not None:
+        tested = {m: METRICS[m] for m in metrics or TABLE_ORDER}
+        stats = campaign_stats(campaign.summary, tested, reference, level)
+        atomic_write_text(out / "stats.csv", stats.to_csv(index=False))
+        parts.append(comparison_markdown(campaign, metrics, decimals, reference, level))
+        written.append(out / "stats.csv")
+    if vision_summary is not None:
+        vision_stats = campaign_stats(vision_summary, VISION_METRICS, reference, level, "data")
+        atomic_write_text(out / "vision_stats.csv", vision_stats.to_csv(index=False))
+        shown = () if campaign is not None else skipped
+        parts.append(vision_comparison_markdown(vision_summary, decimals, shown, reference, level))
+        written.append(out / "vision_stats.csv")
+    atomic_write_text(out / "comparison.md", "\n".join(parts))
+    return [*written, out / "comparison.md"]

@@ -23,7 +23,7 @@ from sklearn.cluster import AgglomerativeClustering
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult, FitTask
 from morlfed.similarity import cosine_matrix
-from morlfed.strategy import Strategy
+from morlfed.strategy import Strategy, split_event
 
 
 def complete_linkage_bipartition(similarity: torch.Tensor) -> np.ndarray:
@@ -106,6 +106,7 @@ class CFL(Strategy):
         self._similarity: dict[tuple[int, ...], torch.Tensor] = {}
         # over the split tests that only the thresholds could fail (past the warm-up, > 2 members)
         self.tests = {"count": 0, "smallest_mean_norm": float("inf"), "largest_max_norm": 0.0}
+        self.splits_so_far: list[dict[str, Any]] | None = []
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
         return {cid: FitTask(params=self.cluster_models[self.model_id(cid)].clone()) for cid in participants}
@@ -159,6 +160,8 @@ class CFL(Strategy):
                 clusters.append(sorted(side))
                 models.append(model + updates[idx].mean(dim=0))
         self.clusters, self.cluster_models = clusters, models
+        if self.splits_so_far is not None:
+            self.splits_so_far += [split_event(round, sides) for sides in splits]
         self._last = {"checks": checks, "splits": splits}
 
     def _sides_for_absent(self, absent: list[int], updates: torch.Tensor, groups: list[np.ndarray]) -> list[int]:
@@ -183,6 +186,9 @@ class CFL(Strategy):
 
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
         return self._similarity
+
+    def split_events(self) -> list[dict[str, Any]] | None:
+        return None if self.splits_so_far is None else list(self.splits_so_far)
 
     def inert_warning(self) -> str | None:
         """CFL that never split ran as FedAvg: say which threshold held it back."""
@@ -210,6 +216,7 @@ class CFL(Strategy):
             "last_updates": self.last_updates.clone(),
             "seen": self.seen.clone(),
             "tests": dict(self.tests),
+            "splits_so_far": None if self.splits_so_far is None else list(self.splits_so_far),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -219,3 +226,5 @@ class CFL(Strategy):
         self.last_updates = state["last_updates"].clone()
         self.seen = state["seen"].clone()
         self.tests = dict(state["tests"])
+        splits = state.get("splits_so_far")  # None in a checkpoint from before splits were recorded
+        self.splits_so_far = None if splits is None else list(splits)

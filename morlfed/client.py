@@ -118,6 +118,7 @@ class _Plan:
     indices: list[int]
     jobs: list[TrainJob]
     steps: int
+    loss_steps: int | None
     outputs: list[TrainOutput] = field(default_factory=list)
 
 
@@ -130,7 +131,8 @@ class ClientBase(ABC):
     ``generator(seed, "tie", cid, round)``) or ``train_all`` (train each model in turn for
     ``local_steps``, return ``[K, d]``) must be set. ``report_losses`` returns the losses of the
     *received* models, measured before any training (``[K]``; ``[1]`` for a ``[d]`` model);
-    ``train_best`` measures and reports them too. Any task that does not fit (shape, options,
+    ``train_best`` measures and reports them too, and ``loss_steps_spent`` counts the env steps
+    measuring them took (0 when none were measured). Any task that does not fit (shape, options,
     values) raises ``ValueError`` saying what is wrong (:func:`~morlfed.protocol.check_fit_task`).
 
     **FedProx** (``prox_mu > 0``): every training job of the fit carries ``prox_mu`` and its
@@ -175,8 +177,9 @@ class ClientBase(ABC):
         """Run one training job per client (keyed by client id); one wave of a fit."""
 
     @abstractmethod
-    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> float:
-        """Client ``cid``'s loss of the ``[d]`` model ``params``; ``keys`` is ``(round, k)``."""
+    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
+        """Client ``cid``'s loss of the ``[d]`` model ``params`` (``keys`` is ``(round, k)``) and the
+        env steps measuring it took (``None``: not counted, e.g. a pass over data)."""
 
     @abstractmethod
     def _fit_metrics(self, cid: int, outputs: list[TrainOutput], serving: int) -> dict[str, float]:
@@ -243,9 +246,13 @@ class ClientBase(ABC):
         """The losses to report and the training jobs of one client's fit."""
         single = task.params.ndim == 1
         models = task.params.detach().float().reshape(-1, self.layout.dim)
-        losses = None
+        losses: torch.Tensor | None = None
+        loss_steps: int | None = 0  # the env steps measuring the losses took; None: not counted
         if task.report_losses or task.train_best:
-            losses = torch.tensor([self._loss(cid, m, (task.round, k)) for k, m in enumerate(models)])
+            measured = [self._loss(cid, m, (task.round, k)) for k, m in enumerate(models)]
+            losses = torch.tensor([loss for loss, _ in measured])
+            counts = [steps for _, steps in measured]
+            loss_steps = None if None in counts else sum(c for c in counts if c is not None)
         indices = models_to_train(task, losses, generator(self.seed, "tie", cid, task.round))
         centres = models if task.prox_centre is None else task.prox_centre.detach().float().reshape(-1, self.layout.dim)
         steps = int(task.local_steps)  # type: ignore[arg-type]  # checked
@@ -263,7 +270,7 @@ class ClientBase(ABC):
             )
             for j, k in enumerate(indices)
         ]
-        return _Plan(task, models, losses, indices, jobs, steps)
+        return _Plan(task, models, losses, indices, jobs, steps, loss_steps)
 
     def _result(self, cid: int, plan: _Plan, personal: TrainOutput | None) -> FitResult:
         task, losses, trained = plan.task, plan.losses, [o.params for o in plan.outputs]
@@ -282,6 +289,7 @@ class ClientBase(ABC):
             metrics=metrics,
             learner_stats=mean_learner_stats(plan.outputs),
             steps_spent=sum(int(o.stats.get("steps", plan.steps)) for o in trainings),
+            loss_steps_spent=plan.loss_steps,
         )
 
 

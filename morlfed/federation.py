@@ -18,6 +18,7 @@ import logging
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -90,11 +91,17 @@ class FederationOutcome:
     :param evaluations: each client's evaluation of its deployed model
     :param model_ids: each client's deployed model id or cluster (:data:`MODEL_ID_NOTE`)
     :param seconds: wall time of the loop
-    :param steps_spent: each client's local budget spent over the run (RL: env steps), the sum of
-        its usable fits' ``FitResult.steps_spent``; ``None`` for a client that did not report it (or
-        in a run resumed from a checkpoint that predates the count)
+    :param steps_spent: each client's local budget spent training over the run (RL: env steps),
+        the sum of its usable fits' ``FitResult.steps_spent``; ``None`` for a client that did not
+        report it (or in a run resumed from a checkpoint that predates the count)
+    :param loss_steps_spent: each client's env steps spent measuring the losses of received
+        models over the run (IFCA, FedFew, FedMHC, FedPG), the sum of its usable fits'
+        ``FitResult.loss_steps_spent``; ``None`` when not counted (vision, or a checkpoint that
+        predates the count)
     :param inert_warning: how the run left its strategy inert (:meth:`Strategy.inert_warning`), or
         ``None``; logged as a warning and stored in ``metrics.json``
+    :param split_events: every cluster split of the run (:meth:`Strategy.split_events`), ``None``
+        for a strategy that does not split clusters
     """
 
     evaluations: dict[int, Evaluation]
@@ -102,6 +109,16 @@ class FederationOutcome:
     seconds: float
     steps_spent: dict[int, int | None] = field(default_factory=dict)
     inert_warning: str | None = None
+    loss_steps_spent: dict[int, int | None] = field(default_factory=dict)
+    split_events: list[dict[str, Any]] | None = None
+
+    def strategy_record(self) -> dict[str, Any]:
+        """What ``metrics.json`` keeps of the strategy's own account of the run: ``inert_warning``,
+        and ``split_events`` for a strategy that splits clusters."""
+        record: dict[str, Any] = {"inert_warning": self.inert_warning}
+        if self.split_events is not None:
+            record["split_events"] = self.split_events
+        return record
 
 
 def participants_for(cfg: FederationConfig, round: int) -> list[int]:
@@ -147,6 +164,7 @@ class Federation:
         self.start_round = 1
         self._finetuned: dict[int, torch.Tensor] = {}
         self._steps_spent: dict[int, int | None] = dict.fromkeys(range(cfg.n_clients), 0)
+        self._loss_steps_spent: dict[int, int | None] = dict.fromkeys(range(cfg.n_clients), 0)
 
     def resume(self, path: Path) -> None:
         """Continue from the checkpoint at ``path``: strategy, "+FT" models, global RNGs, every
@@ -155,7 +173,9 @@ class Federation:
         self.strategy.load_state_dict(state["strategy"])
         self.executor.load_clients(Path(path) / "clients")
         self._finetuned = dict(state["finetuned"])
-        self._steps_spent = dict(state.get("steps_spent", dict.fromkeys(range(self.cfg.n_clients))))
+        unknown = dict.fromkeys(range(self.cfg.n_clients))  # a checkpoint from before the count
+        self._steps_spent = dict(state.get("steps_spent", unknown))
+        self._loss_steps_spent = dict(state.get("loss_steps_spent", unknown))
         set_global_rng_state(state["global_rng"])
         self.start_round = state["round"] + 1
         if self.run_dir is not None:
@@ -174,6 +194,7 @@ class Federation:
             "strategy": self.strategy.state_dict(),
             "finetuned": finetuned,
             "steps_spent": dict(self._steps_spent),
+            "loss_steps_spent": dict(self._loss_steps_spent),
             "global_rng": global_rng_state(),
             "logs": logs,
         }
@@ -232,13 +253,26 @@ class Federation:
                 self.tracker.log_round(cfg.rounds, {"eval/mean_scalarised": final})
         model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
         seconds = time.perf_counter() - started
-        return FederationOutcome(evaluations, model_ids, seconds, dict(self._steps_spent), inert)
+        return FederationOutcome(
+            evaluations,
+            model_ids,
+            seconds,
+            dict(self._steps_spent),
+            inert,
+            dict(self._loss_steps_spent),
+            self.strategy.split_events(),
+        )
 
     def _count_steps(self, ok: dict[int, FitResult]) -> None:
-        """Add the usable fits' ``steps_spent`` to their clients' totals (unknown stays unknown)."""
+        """Add the usable fits' ``steps_spent`` and ``loss_steps_spent`` to their clients' totals
+        (unknown stays unknown)."""
         for cid, result in ok.items():
-            total = self._steps_spent[cid]
-            self._steps_spent[cid] = None if total is None or result.steps_spent is None else total + result.steps_spent
+            for totals, spent in (
+                (self._steps_spent, result.steps_spent),
+                (self._loss_steps_spent, result.loss_steps_spent),
+            ):
+                total = totals[cid]
+                totals[cid] = None if total is None or spent is None else total + spent
 
     def _deployed(self, finetuned: dict[int, torch.Tensor]) -> dict[int, torch.Tensor | None]:
         """The model each client deploys now (``None``: its private personal model)."""

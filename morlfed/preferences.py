@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from morlfed.metrics.simplex import das_dennis, das_dennis_partitions, fewest_partitions
+
 __all__ = [
     "DISTRIBUTIONS",
     "dirichlet",
@@ -107,18 +109,6 @@ def dirichlet(n: int, m: int, rng: np.random.Generator, alpha: float = 1.0) -> n
     return _normalise_rows(w)
 
 
-def _das_dennis_partitions(n: int, m: int) -> int | None:
-    """Return ``p`` with ``C(p + m - 1, m - 1) == n`` (a Das-Dennis set of size n), else None."""
-    p = 0
-    while True:
-        count = math.comb(p + m - 1, m - 1)
-        if count == n:
-            return p
-        if count > n:
-            return None
-        p += 1
-
-
 def _farthest_point_init(n: int, m: int) -> np.ndarray:
     """Deterministic, well-spread start for the energy optimisation: ``n`` lattice points.
 
@@ -126,12 +116,7 @@ def _farthest_point_init(n: int, m: int) -> np.ndarray:
     of them, starting from the point closest to the centre and then always adding the lattice
     point farthest from those already chosen.
     """
-    from pymoo.util.ref_dirs import get_reference_directions
-
-    p = 1
-    while math.comb(p + m - 1, m - 1) < 5 * n:
-        p += 1
-    lattice = np.asarray(get_reference_directions("das-dennis", m, n_partitions=p), dtype=np.float64)
+    lattice = das_dennis(m, fewest_partitions(5 * n, m))
     first = int(np.argmin(np.linalg.norm(lattice - 1.0 / m, axis=1)))
     chosen = [first]
     dist = np.linalg.norm(lattice - lattice[first], axis=1)
@@ -148,7 +133,8 @@ def equidistant(n: int, m: int) -> np.ndarray:
     * ``m == 2``: row ``i`` is ``[t_i, 1 - t_i]`` with ``t = linspace(0, 1, n)``, i.e. from
       ``[0, 1]`` to ``[1, 0]`` with exactly equal spacing.
     * ``m > 2``: if ``n`` is a Das-Dennis count ``C(p + m - 1, m - 1)`` (e.g. 3, 6, 10, 15, 21 for
-      m = 3), the Das-Dennis lattice with ``p`` partitions (includes the corners); otherwise a
+      m = 3), the Das-Dennis lattice with ``p`` partitions (includes the corners;
+      :func:`morlfed.metrics.simplex.das_dennis`); otherwise a
       Riesz s-energy set of exactly ``n`` points (pymoo's ``get_reference_directions("energy",
       m, n, X=start)``) optimised from a deterministic farthest-point start on a finer lattice.
       The start replaces pymoo's default sampling, which builds a 10000 x 10000 distance matrix
@@ -169,13 +155,12 @@ def equidistant(n: int, m: int) -> np.ndarray:
     if m == 2:
         t = np.linspace(0.0, 1.0, n)
         return np.stack([t, 1.0 - t], axis=1)
-
-    from pymoo.util.ref_dirs import get_reference_directions
-
-    p = _das_dennis_partitions(n, m)
+    p = das_dennis_partitions(n, m)
     if p is not None:
-        w = get_reference_directions("das-dennis", m, n_partitions=p)
+        w = das_dennis(m, p)
     else:
+        from pymoo.util.ref_dirs import get_reference_directions
+
         w = get_reference_directions("energy", m, n, X=_farthest_point_init(n, m))
     w = np.asarray(w, dtype=np.float64)
     if w.shape != (n, m):  # pragma: no cover - guards against a pymoo behaviour change

@@ -73,6 +73,10 @@ class FitResult:
     :param steps_spent: the local budget the fit actually spent over all its trainings, the
         personal model's included (RL: env steps, from the agent's counter; vision: epochs);
         ``None`` when the client does not say
+    :param loss_steps_spent: the env steps the fit spent measuring the losses of the received
+        models (``report_losses``, ``train_best``: RL's evaluation episodes), 0 when it measured
+        none; ``None`` when the client does not count them (vision: a loss is a pass over data,
+        no env step)
     """
 
     params: torch.Tensor
@@ -82,6 +86,7 @@ class FitResult:
     metrics: dict[str, float] = field(default_factory=dict)
     learner_stats: dict[str, float] = field(default_factory=dict)
     steps_spent: int | None = None
+    loss_steps_spent: int | None = None
 
     def is_finite(self) -> bool:
         """True when every parameter (and loss) is a finite number."""
@@ -105,8 +110,9 @@ class Evaluation:
 
     For RL: ``vector_return`` is the mean undiscounted vector return over the evaluation
     episodes, ``discounted_return`` the mean discounted one (env spec gamma), ``scalarised`` and
-    ``scalarised_discounted`` the client's own ``w_i . return``. Vision clients report accuracies
-    in ``metrics`` and leave the vector returns empty.
+    ``scalarised_discounted`` the client's own ``w_i . return``, ``env_steps`` the env steps the
+    episodes took. Vision clients report accuracies in ``metrics``, leave the vector returns
+    empty and ``env_steps`` ``None``.
     """
 
     vector_return: np.ndarray
@@ -114,6 +120,7 @@ class Evaluation:
     scalarised: float
     scalarised_discounted: float
     metrics: dict[str, float] = field(default_factory=dict)
+    env_steps: int | None = None
 
 
 def check_fit_task(task: FitTask, dim: int) -> None:

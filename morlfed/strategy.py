@@ -97,6 +97,13 @@ class Strategy(ABC):
         logs it as a warning; :meth:`validate` catches what can be known before training."""
         return None
 
+    def split_events(self) -> list[dict[str, Any]] | None:
+        """After the last round: every cluster split of the run, in order, one
+        :func:`split_event` each (``[]``: none); ``None`` for a strategy that does not split
+        clusters, or a run resumed from a checkpoint that predates the record. The run stores it in
+        ``metrics.json`` (``split_events``)."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the strategy (tensors, lists, RNG state)."""
         return {"rng": self.rng.bit_generator.state}
@@ -125,6 +132,17 @@ class PersonalisedStrategy(Strategy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.models = state["models"].clone()
+
+
+def split_event(round: int, sides: Sequence[Sequence[int]]) -> dict[str, Any]:
+    """One split of a cluster, as ``metrics.json`` records it: ``{"round", "sizes", "sides"}``,
+    the sides as sorted client ids (absent members included) and their sizes.
+
+    :param round: the round whose aggregation split the cluster
+    :param sides: the client ids of each side
+    """
+    ordered = [sorted(int(c) for c in side) for side in sides]
+    return {"round": int(round), "sizes": [len(side) for side in ordered], "sides": ordered}
 
 
 def stack_results(results: dict[int, FitResult]) -> tuple[list[int], torch.Tensor, torch.Tensor]:

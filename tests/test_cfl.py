@@ -123,6 +123,8 @@ def test_no_split_before_warmup_then_split_along_planted_opposite_groups():
     assert sorted(strategy.clusters) == [[0, 1, 2], [3, 4, 5]]
     splits = strategy.diagnostics()["splits"]
     assert len(splits) == 1 and sorted(splits[0]) == [[0, 1, 2], [3, 4, 5]]
+    (event,) = strategy.split_events()  # the run's record of its splits (metrics.json)
+    assert (event["round"], event["sizes"], sorted(event["sides"])) == (5, [3, 3], [[0, 1, 2], [3, 4, 5]])
     # after the split each cluster's model is its group's optimum (up to noise)
     torch.testing.assert_close(strategy.model_for(0), centre, atol=0.1, rtol=0)
     torch.testing.assert_close(strategy.model_for(5), -centre, atol=0.1, rtol=0)
@@ -239,4 +241,5 @@ def test_state_dict_round_trip_resumes_exactly():
     for a, b in zip(second.cluster_models, first.cluster_models):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert torch.equal(second.last_updates, first.last_updates) and torch.equal(second.seen, first.seen)
+    assert second.split_events() == first.split_events() and first.split_events()[0]["round"] == 2  # the first split
     assert second.rng.bit_generator.state == first.rng.bit_generator.state

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from morlfed.analysis.evaluate import main as evaluate
 from morlfed.analysis.runs import LOG_FILES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,13 +63,50 @@ def test_smoke_run_writes_every_file(smoke: Path):
     assert metrics["undiscounted"]["mean_scalarised"] == pytest.approx(final["scalarised"].mean())
     assert metrics["discounted"]["igd"] is not None  # DST has a known front
     assert (final["env_steps"] == 600).all()  # the env steps each client took: 2 rounds x 300
+    assert (final["loss_env_steps"] == 0).all()  # FedPref measures no loss
     assert metrics["env_steps_per_client"] == {"mean": 600.0, "min": 600, "max": 600}
+    assert metrics["env_steps_by_purpose"] == {
+        "training": {"mean": 600.0, "min": 600, "max": 600},
+        "loss_evaluation": {"mean": 0.0, "min": 0, "max": 0},
+    }
     assert metrics["inert_warning"] is None  # FedPref has no inert outcome to report
+    # every split of the run, as clusters.jsonl logged them round by round
+    logged = [(c["round"], sorted(side)) for c in clusters for split in c["splits"] for side in split]
+    recorded = [(e["round"], side) for e in metrics["split_events"] for side in e["sides"]]
+    assert recorded == logged and all(e["sizes"] == [len(s) for s in e["sides"]] for e in metrics["split_events"])
     assert (smoke / "front.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     sim = np.load(smoke / "similarity_1.npy")
     assert sim.shape == (3, 3) and np.allclose(np.diag(sim), 1, atol=1e-5)
     saved = (smoke / "config.yaml").read_text()
     assert "gym_id: deep-sea-treasure-v0" in saved and "agent_kwargs" in saved  # the env spec is saved with the run
+
+
+def test_the_env_steps_of_loss_evaluations_are_counted(tmp_path: Path, morlfed_cli, capsys):
+    """IFCA evaluates each of its 2 server models on every client every round before training
+    (``spec.eval_episodes`` episodes each): those env steps are counted apart from the training's,
+    in final.csv, metrics.json and the evaluated summary's budget table."""
+    out = tmp_path / "ifca"
+    proc = morlfed_cli([*TINY, "algo=ifca", "algo.n_models=2", f"hydra.run.dir={out}"], ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = pd.read_csv(out / "final.csv")
+    loss = final["loss_env_steps"].to_numpy()
+    # 2 rounds x 2 models x 1 episode (deep-sea-treasure's eval_episodes) of 1 to 100 steps each
+    assert ((loss >= 4) & (loss <= 400)).all()
+    assert (final["env_steps"] == 600 + loss).all()  # training (2 rounds x 300) plus the loss episodes
+    metrics = json.loads((out / "metrics.json").read_text())
+    purpose = metrics["env_steps_by_purpose"]
+    assert purpose["training"] == {"mean": 600.0, "min": 600, "max": 600}
+    assert purpose["loss_evaluation"] == {"mean": loss.mean(), "min": loss.min(), "max": loss.max()}
+    assert metrics["env_steps_per_client"]["mean"] == pytest.approx(600 + loss.mean())
+    assert "split_events" not in metrics  # IFCA's K models are fixed: no cluster to split
+    assert evaluate([str(out), "--out", str(tmp_path / "eval")]) == 0
+    summary = pd.read_csv(tmp_path / "eval" / "summary.csv")
+    assert summary["loss_env_steps_per_client"].tolist() == [loss.mean()]
+    lines = (tmp_path / "eval" / "comparison.md").read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| environment | preferences |"))
+    assert "| training env steps per client | loss-evaluation env steps per client |" in header
+    row = f"| deep-sea-treasure | equidistant | all | 3 | 2 | 300 | 600 | {loss.mean():.0f} | {3 * (600 + loss.mean()):.0f} |"
+    assert any(line.startswith(row) for line in lines)
 
 
 def test_run_log_tells_the_story(smoke: Path):

@@ -20,9 +20,17 @@ from omegaconf import OmegaConf
 from morlfed import envs
 from morlfed.analysis.campaign import evaluate_runs, variant_labels
 from morlfed.analysis.evaluate import main
+from morlfed.analysis.rebuild import main as rebuild
 from morlfed.analysis.runs import RunDirError, find_run_dirs, load_run, load_runs
 from morlfed.analysis.tables import comparison_markdown, metric_table
-from morlfed.metrics import METRICS, ReferencePointWarning, compute_metrics, equally_spaced_weights, hypervolume
+from morlfed.metrics import (
+    METRICS,
+    ReferencePointWarning,
+    compute_metrics,
+    equally_spaced_weights,
+    eu_weights,
+    hypervolume,
+)
 
 
 @pytest.fixture(scope="module")
@@ -190,17 +198,18 @@ def test_evaluate_planted_campaign_known_answers(campaign_dir, dst):
     hv = [s.loc["a-0", "hypervolume"], s.loc["a-1", "hypervolume"]]
     table = metric_table(campaign.summary, "equidistant", "hypervolume").splitlines()
     assert table[:2] == ["| algorithm | n | deep-sea-treasure |", "|---|---|---|"]
-    assert table[2] == f"| fedavg | 2 | {s.loc['b-0', 'hypervolume']:.2f} ± 0.00 ▼ |"  # far below in both seeds
+    assert table[2] == f"| fedavg | 2 | {s.loc['b-0', 'hypervolume']:.2f} ± 0.00 |"  # below in both seeds: 2 pairs
     assert table[3] == f"| fedavg+FT | 1 | {hv[0]:.2f} |"  # one seed: no std, no test
     assert table[4] == f"| fedpref | 2 | {np.mean(hv):.2f} ± {np.std(hv, ddof=1):.2f} |"
-    assert table[5] == "" and table[6].startswith("n: seeds per row") and "paired t-test" in table[6]
+    assert table[5] == "" and table[6].startswith("n: seeds per row") and "sign-flip permutation test" in table[6]
+    assert "**n too small for 0.05: no cell can be marked.**" in table[6]
     regret = metric_table(campaign.summary, "equidistant", "zero_regret_clients", decimals=1).splitlines()
     assert regret[2:5] == ["| fedavg | 2 | 1.0 ± 0.0 |", "| fedavg+FT | 1 | 4.0 |", "| fedpref | 2 | 3.5 ± 0.7 |"]
-    igd_rows = metric_table(campaign.summary, "equidistant", "igd").splitlines()
+    igd_rows = metric_table(campaign.summary, "equidistant", "igd", level=0.6).splitlines()
     assert igd_rows[2].endswith(" ▼ |") and "**" not in "".join(igd_rows)  # fedavg's IGD is higher: worse
     sparsity = metric_table(campaign.summary, "equidistant", "sparsity").splitlines()
     assert sparsity[2] == "| fedavg | 2 | n/a |"  # collapsed onto one point: never "best"
-    assert "no variant shares 2 or more seeds with it" in sparsity[-1]
+    assert "No variant shares 2 or more seeds with fedpref, so none is tested" in sparsity[-1]
 
 
 def test_undiscounted_returns_are_selectable(campaign_dir, dst):
@@ -224,10 +233,14 @@ def test_cli_writes_summary_and_comparison_and_reports_skipped(campaign_dir, tmp
         for key in METRICS:  # None (not defined) is an empty cell
             assert np.isnan(row[key]) if stored[key] is None else row[key] == pytest.approx(stored[key])
     assert (summary["env_steps_per_client"] == 300).all()
+    weights = pd.read_csv(tmp_path / "eu_weights.csv")  # the expected utility's weights, beside it
+    assert list(weights.columns) == ["objectives", "index", "w_0", "w_1"] and set(weights["objectives"]) == {2}
+    np.testing.assert_array_equal(weights[["w_0", "w_1"]], eu_weights(2))
+    np.testing.assert_allclose(weights["w_0"], np.linspace(0.0, 1.0, 100))
     stats = pd.read_csv(tmp_path / "stats.csv")
     hv = stats[(stats["metric"] == "hypervolume") & (stats["variant"] == "fedavg")].iloc[0]
-    assert (hv["reference"], hv["n"], hv["test"], hv["direction"]) == ("fedpref", 2, "paired t", "worse")
-    assert hv["ci_high"] < 0 and hv["significant"]
+    assert (hv["reference"], hv["n"], hv["test"]) == ("fedpref", 2, "sign-flip") and pd.isna(hv["direction"])
+    assert (hv["p_value"], hv["smallest_p"], hv["significant"]) == (0.5, 0.5, False)  # lower in both seeds
     assert set(stats["variant"]) == {"fedavg", "fedavg+FT"} and set(stats["level"]) == {0.05}
     md = (tmp_path / "comparison.md").read_text()
     assert "| deep-sea-treasure | equidistant | all | 4 | 3 | 100 | 300 | 1200 | 5 | — | — |" in md  # no wall times
@@ -258,6 +271,25 @@ def test_kept_logs_are_run_directories_that_evaluate_to_the_same_metrics(campaig
         again[columns].sort_values(["label", "seed"]).reset_index(drop=True),
     )
     assert (tmp_path / "again" / "stats.csv").read_text() == (out / "stats.csv").read_text()
+
+
+def test_rebuild_rewrites_tests_and_tables_from_the_summary_alone(campaign_dir, tmp_path, capsys):
+    out = tmp_path / "study"
+    assert main([str(campaign_dir), "--out", str(out), "--reference", "fedavg", "--level", "0.1"]) == 0
+    written = {name: (out / name).read_text() for name in ("summary.csv", "stats.csv", "comparison.md")}
+    skipped = "\n\nSkipped run directories (not averaged in):\n\n- `" + str(campaign_dir / "c" / "unfinished")
+    (out / "stats.csv").write_text("stale\n")
+    (out / "comparison.md").unlink()
+    assert rebuild([str(out), "--reference", "fedavg", "--level", "0.1"]) == 0
+    assert f"{out}: wrote stats.csv, comparison.md" in capsys.readouterr().out
+    assert (out / "summary.csv").read_text() == written["summary.csv"]  # never written
+    assert (out / "stats.csv").read_text() == written["stats.csv"]
+    # the same tables; only the skipped run directories are unknown to a summary
+    before = written["comparison.md"]
+    start = before.index(skipped)
+    assert (out / "comparison.md").read_text() == before[:start] + before[before.index("\n\n## Budget", start) :]
+    assert rebuild([str(tmp_path / "nothing")]) == 1
+    assert "holds no summary.csv or vision_summary.csv" in capsys.readouterr().err
 
 
 def test_campaign_front_for_an_env_without_known_front(tmp_path, dst):

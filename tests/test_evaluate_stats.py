@@ -4,41 +4,60 @@ the mark of rows whose runs reported their strategy inert."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
-from morlfed.analysis.stats import campaign_stats, compare_to_reference, paired_test
+from morlfed.analysis.stats import (
+    EXACT_MAX_PAIRS,
+    RESAMPLES,
+    campaign_stats,
+    compare_to_reference,
+    fewest_pairs,
+    paired_test,
+    smallest_p,
+)
 from morlfed.analysis.tables import INERT_NOTE, budget_table, metric_table, metrics_table, run_notes
 from morlfed.metrics import METRICS
 
 
-def test_wilcoxon_from_six_pairs_and_why_not_below():
-    six = paired_test(np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0]))
-    assert (six.n, six.test, six.significant) == (6, "wilcoxon", True)
-    assert six.p_value == pytest.approx(2 / 2**6)  # every sign positive: the smallest two-sided p
-    assert np.isnan(six.ci_low) and six.mean_diff == pytest.approx(1.75)
-    assert stats.wilcoxon([1.0, 2.0, 3.0, 4.0, 5.0]).pvalue == pytest.approx(0.0625)  # 5 pairs never reach 0.05
-    mixed = paired_test(np.array([1.0, -2.0, 3.0, -4.0, 5.0, -6.0]))
-    assert mixed.test == "wilcoxon" and not mixed.significant
-    same = paired_test(np.zeros(7))
+def test_three_equal_positive_differences_are_not_significant_six_are():
+    three = paired_test(np.ones(3))  # no spread, yet no certainty: 2 of the 8 sign flips are as extreme
+    assert (three.n, three.test, three.p_value, three.significant) == (3, "sign-flip", 0.25, False)
+    assert three.smallest_p == 0.25
+    six = paired_test(np.ones(6))
+    assert (six.p_value, six.significant) == (2 / 2**6, True)
+    # the same p-value as the exact Wilcoxon signed-rank test, whose ranks tie here
+    assert six.p_value == pytest.approx(stats.wilcoxon(np.arange(1.0, 7.0), method="exact").pvalue)
+    assert paired_test(-np.ones(6)).significant  # two-sided
+    same = paired_test(np.zeros(7))  # identical runs: nothing to find
     assert (same.p_value, same.significant) == (1.0, False)
 
 
-def test_paired_t_interval_below_six_pairs_by_hand():
-    spread = paired_test(np.array([1.0, 2.0, 3.0]))  # mean 2, sd 1: t(2) 97.5% = 4.303
-    half = 4.302652729911275 / np.sqrt(3)
-    assert spread.test == "paired t" and spread.n == 3
-    assert (spread.ci_low, spread.ci_high) == pytest.approx((2 - half, 2 + half))
-    assert spread.p_value == pytest.approx(0.07417990022744862) and not spread.significant
-    tight = paired_test(np.array([2.0, 2.1, 1.9]))  # the interval [1.75, 2.25] excludes 0
-    assert tight.significant and tight.ci_low > 0
-    assert paired_test(np.array([-1.0, -1.0])).significant  # the same difference in both seeds
+def test_sign_flip_p_value_is_the_share_of_sign_assignments_as_extreme():
+    diffs = np.array([2.0, 1.5, -0.5, 3.0, 0.25, 1.0, -1.0])
+    means = [np.mean(diffs * signs) for signs in itertools.product((-1.0, 1.0), repeat=len(diffs))]
+    by_hand = np.mean(np.abs(means) >= abs(diffs.mean()) - 1e-12)
+    test = paired_test(diffs)
+    assert test.p_value == pytest.approx(by_hand) and test.mean_diff == pytest.approx(diffs.mean())
+    assert test.significant == (by_hand < 0.05)
     one = paired_test(np.array([5.0]))
-    assert (one.test, one.significant) == ("", False) and np.isnan(one.p_value)
+    assert (one.test, one.significant, one.smallest_p) == ("", False, 1.0) and np.isnan(one.p_value)
     with pytest.raises(ValueError, match=r"level must be in \(0, 1\)"):
         paired_test(np.array([1.0, 2.0]), level=0.0)
+
+
+def test_smallest_p_and_the_fewest_pairs_that_can_reach_a_level():
+    assert [smallest_p(n) for n in (1, 2, 3, 5, 6)] == [1.0, 0.5, 0.25, 0.0625, 0.03125]
+    assert (fewest_pairs(0.05), fewest_pairs(0.1), fewest_pairs(0.01)) == (6, 5, 8)
+    assert not paired_test(np.arange(1.0, 6.0)).significant  # 5 pairs, every one positive: p = 0.0625
+    # above EXACT_MAX_PAIRS the flips are drawn from a seeded generator: the same p-value every time,
+    # near its floor 2 (1 + draws as extreme) / (RESAMPLES + 1)
+    many = [paired_test(np.arange(1.0, EXACT_MAX_PAIRS + 3)).p_value for _ in range(2)]
+    assert many[0] == many[1] and 2 / (RESAMPLES + 1) <= many[0] < 10 / (RESAMPLES + 1)
 
 
 def _planted(seeds: int = 6) -> pd.DataFrame:
@@ -67,30 +86,32 @@ def test_compare_to_reference_pairs_by_seed_and_knows_directions():
     hv = compare_to_reference(summary, "hypervolume", METRICS["hypervolume"]).set_index("variant")
     assert list(hv.index) == ["down", "noise", "up"] and set(hv["reference"]) == {"fedpref"}
     assert hv.loc["up", "direction"] == "better" and hv.loc["down", "direction"] == "worse"
-    assert hv.loc["noise", "direction"] == "" and hv.loc["up", "test"] == "wilcoxon"
+    assert hv.loc["noise", "direction"] == "" and hv.loc["up", "test"] == "sign-flip"
     assert hv.loc["up", "mean_diff"] == pytest.approx(1.0, abs=0.2)
     igd = compare_to_reference(summary, "igd", METRICS["igd"]).set_index("variant")
     assert igd.loc["up", "direction"] == "better" and igd.loc["up", "mean_diff"] < 0  # lower IGD: better
     fewer = summary[~((summary["variant"] == "up") & (summary["seed"] == 5))]
     up = compare_to_reference(fewer, "hypervolume", METRICS["hypervolume"]).set_index("variant").loc["up"]
-    assert (up["n"], up["test"], up["direction"]) == (5, "paired t", "better")
+    assert (up["n"], up["test"], up["direction"], up["smallest_p"]) == (5, "sign-flip", "", 0.0625)  # n too small
     ambiguous = compare_to_reference(summary, "hypervolume", METRICS["hypervolume"], reference="*o*")
     assert ambiguous.empty  # "down", "noise": a reference glob must name one variant
     both = campaign_stats(summary, {m: METRICS[m] for m in ("hypervolume", "igd")}, level=0.01)
     assert len(both) == 6 and set(both["level"]) == {0.01}
 
 
-def test_a_rank_test_marks_the_side_of_the_median_not_of_an_outlier_dragged_mean():
-    # 17 small gains and two large losses: the signed-rank test finds the gains (p about 0.02)
-    # while the mean difference is negative; the mark follows the test
+def test_the_mark_is_the_side_of_the_mean_difference():
+    # 10 small gains and two large losses: the mean difference is negative and the sign flips of
+    # the two losses decide it, so nothing is marked; a steady gain in every seed is
     rows = [
         {"env": "e", "dist": "d", "variant": v, "seed": s, "hypervolume": 100.0 + (d if v == "up" else 0.0)}
-        for s, d in enumerate([1.0] * 17 + [-1000.0, -1000.0])
+        for s, d in enumerate([1.0] * 10 + [-1000.0, -1000.0])
         for v in ("fedpref", "up")
     ]
     up = compare_to_reference(pd.DataFrame(rows), "hypervolume", METRICS["hypervolume"]).iloc[0]
-    assert up["test"] == "wilcoxon" and up["p_value"] < 0.05 and up["mean_diff"] < 0
-    assert up["direction"] == "better"
+    assert up["mean_diff"] < 0 and up["p_value"] > 0.05 and up["direction"] == ""
+    steady = pd.DataFrame(rows).assign(hypervolume=lambda f: 100.0 + (f["variant"] == "up") * (1.0 + f["seed"] % 2))
+    up = compare_to_reference(steady, "hypervolume", METRICS["hypervolume"]).iloc[0]
+    assert up["mean_diff"] > 0 and up["p_value"] == pytest.approx(2 / 2**12) and up["direction"] == "better"
 
 
 def test_two_runs_of_one_seed_are_refused_not_paired_twice():
@@ -110,9 +131,15 @@ def test_tables_mark_significant_cells_and_state_the_test():
     assert rows["up"].count("** ▲") == 2 and rows["up"].startswith("| up | 6 | **")
     assert rows["down"].count(" ▼") == 2 and "**" not in rows["down"]
     assert "▲" not in rows["noise"] + rows["fedpref"] and "▼" not in rows["noise"] + rows["fedpref"]
-    assert "Wilcoxon signed-rank test, p < 0.05 (6 or more pairs)" in table[-1]
+    assert "exact two-sided sign-flip permutation test of the mean difference, p < 0.05" in table[-1]
+    assert table[-1].endswith("Unmarked: no significant difference.")
     short = metrics_table(_planted(3), "e", "d", ["hypervolume"], level=0.1).split("\n")
-    assert "paired t-test, the 90% confidence interval" in short[-1] and "no rank test can reach" in short[-1]
+    assert "▲" not in "".join(short[2:6]) and "▼" not in "".join(short[2:6])  # up and down in every seed
+    assert "**n too small for 0.1: no cell can be marked.** Every cell here is tested over 3 pairs" in short[-1]
+    assert "(0.25 at 3); 5 pairs are the fewest that can reach 0.1" in short[-1]
+    mixed = _planted().drop(index=_planted().query("variant == 'down' and seed > 2").index)
+    note = metrics_table(mixed, "e", "d", ["hypervolume"]).split("\n")[-1]
+    assert "Cells tested over fewer than 6 pairs (their p cannot go below 2/2^n) are n too small for 0.05" in note
 
 
 def test_budget_table_shows_the_env_steps_of_each_group():

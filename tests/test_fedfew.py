@@ -13,6 +13,7 @@ import torch
 from morlfed import envs
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult, FitTask
+from morlfed.seeding import derive_seed
 from morlfed.strategies.fedfew import FedFew, stch_set_weights
 from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClient
@@ -163,6 +164,10 @@ def test_equal_budget_splits_local_steps_among_the_k_models(equal_budget):
     result = client.fit(task)
     per_client = steps if equal_budget else 3 * steps
     assert result.steps_spent == result.num_samples == client.agent.num_timesteps == per_client
+    # the losses of the 3 received models were measured by evaluation episodes: their env steps
+    # are counted apart from the training's (which they do not touch)
+    episodes = [client.evaluate(task.params[k], derive_seed(0, "loss", 0, 1, k)).env_steps for k in range(3)]
+    assert result.loss_steps_spent == sum(episodes) and all(e >= 1 for e in episodes)
     single.fit(FitTask(params=task.params[0], local_steps=steps, round=1))
     assert client.agent.exploration_rate == pytest.approx(single.agent.exploration_rate)
     with pytest.raises(ValueError, match="split_budget must be true or false"):

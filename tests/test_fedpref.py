@@ -13,7 +13,7 @@ from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult
 from morlfed.similarity import layerwise_similarity, top_r
 from morlfed.strategies.fedpref import FedPref, preference_weights
-from morlfed.strategy import InertSettingWarning
+from morlfed.strategy import InertSettingWarning, make_strategy
 
 LAYOUT = ParamLayout.from_shapes({"a.weight": (2,), "b.weight": (3,)})
 
@@ -130,6 +130,70 @@ def test_split_fires_only_after_patience_rounds():
     assert sorted(sorted(labels[c].tolist()) for c in strat.clusters) == [[0, 0, 0], [1, 1, 1]]
 
 
+def _planted_norms(strat: FedPref, norms: list[float]) -> list[int]:
+    """Aggregate one round per norm on 4 clients whose cluster-mean update has exactly that norm
+    (layer "a"), while clients 0-1 and 2-3 move apart along layer "b" (mean zero): the sides a
+    split must find. Returns the number of clusters after each round."""
+    counts = []
+    for rnd, norm in enumerate(norms, start=1):
+        shared = torch.tensor([norm, 0.0, 0.0, 0.0, 0.0])
+        apart = torch.tensor([0.0, 0.0, 0.0, 0.0, 50.0])
+        trained = torch.stack([strat.refs[0] + shared + sign * apart for sign in (1.0, 1.0, -1.0, -1.0)])
+        strat.aggregate(rnd, _results(trained))
+        counts.append(len(strat.clusters))
+    return counts
+
+
+@pytest.mark.parametrize(
+    "norms, relative_counts, absolute_counts",
+    [
+        # large updates that shrink: a fraction of the largest one is crossed (0.6 x 10 = 6 > 5, 4),
+        # the absolute eps = 1 never is
+        ([10.0, 5.0, 4.0], [1, 1, 2], [1, 1, 1]),
+        # small updates throughout: below eps = 1 from round 1, never below 0.6 x the largest (0.5)
+        ([0.5, 0.45, 0.4], [1, 1, 1], [1, 2, 2]),
+    ],
+)
+def test_relative_eps_splits_on_the_largest_norm_seen_where_absolute_does_not(norms, relative_counts, absolute_counts):
+    relative = FedPref(top_r=1.0, s_min=0.0, eps=0.6, patience=2, eps_mode="relative")
+    absolute = FedPref(top_r=1.0, s_min=0.0, eps=1.0, patience=2)
+    for strat, expected in ((relative, relative_counts), (absolute, absolute_counts)):
+        _setup(strat, 4, LAYOUT)
+        assert _planted_norms(strat, norms) == expected
+        split_round = expected.index(2) + 1 if 2 in expected else None
+        events = strat.split_events()
+        if split_round is None:
+            assert events == []
+        else:  # the split is recorded: its round, its sides (the planted pairs) and their sizes
+            (event,) = events
+            assert (event["round"], event["sizes"]) == (split_round, [2, 2])
+            assert sorted(event["sides"]) == [[0, 1], [2, 3]]
+    # the relative threshold is eps times the largest cluster-mean update norm so far
+    assert relative.diagnostics()["threshold"] == pytest.approx(0.6 * max(norms), rel=1e-6)
+    assert relative.diagnostics()["update_norms"] == [pytest.approx(norms[-1], rel=1e-6)]
+    assert absolute.diagnostics()["threshold"] == 1.0
+
+
+def test_config_keeps_the_absolute_threshold_by_default_and_takes_the_relative_one():
+    default = make_strategy("fedpref")
+    assert (default.eps, default.patience, default.eps_mode) == (1.0, 2, "absolute")
+    assert make_strategy("fedpref", eps=0.3, eps_mode="relative").eps_mode == "relative"
+
+
+def test_split_events_survive_a_checkpoint_and_an_old_one_records_none():
+    strat = FedPref(top_r=1.0, eps=0.6, patience=2, eps_mode="relative")
+    _setup(strat, 4, LAYOUT)
+    _planted_norms(strat, [10.0, 5.0, 4.0])
+    state = strat.state_dict()
+    clone = FedPref(top_r=1.0, eps=0.6, patience=2, eps_mode="relative")
+    _setup(clone, 4, LAYOUT)
+    clone.load_state_dict(state)
+    assert clone.split_events() == strat.split_events() and clone.threshold() == strat.threshold() == 6.0
+    old = {k: v for k, v in state.items() if k not in ("splits_so_far", "largest_norm")}
+    clone.load_state_dict(old)  # a checkpoint from before splits were recorded: unknown, not "none"
+    assert clone.split_events() is None
+
+
 def test_ablation_switches():
     rng = np.random.default_rng(4)
     layout = ParamLayout.from_shapes({"w": (12,)})
@@ -164,7 +228,13 @@ def test_absent_members_follow_their_nearest_side_and_state_round_trips():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"top_r": 0}, "top_r"), ({"s_min": 1.0}, "s_min"), ({"patience": 0}, "patience"), ({"eps": -1}, "eps")],
+    [
+        ({"top_r": 0}, "top_r"),
+        ({"s_min": 1.0}, "s_min"),
+        ({"patience": 0}, "patience"),
+        ({"eps": -1}, "eps"),
+        ({"eps_mode": "max"}, "eps_mode must be one of absolute, relative"),
+    ],
 )
 def test_invalid_hyper_parameters(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -11,10 +11,12 @@ import pytest
 
 from morlfed.envs import get_spec
 from morlfed.metrics import (
+    EU_WEIGHTS,
     ReferencePointWarning,
     cardinality,
     compute_metrics,
     equally_spaced_weights,
+    eu_weights,
     expected_utility,
     front_points_reached,
     hypervolume,
@@ -22,6 +24,7 @@ from morlfed.metrics import (
     igd_plus,
     non_dominated,
     regret,
+    scalarised,
     scalarised_stats,
     sparsity,
     zero_regret_count,
@@ -196,13 +199,47 @@ def test_equally_spaced_weights():
     w = equally_spaced_weights(2, 10)
     np.testing.assert_allclose(w[:, 0], np.linspace(0, 1, 10))
     np.testing.assert_allclose(w.sum(axis=1), 1.0)
-    w3 = equally_spaced_weights(3, 12)
-    assert w3.shape == (12, 3) and (w3 >= 0).all()
-    np.testing.assert_allclose(w3.sum(axis=1), 1.0)
-    assert len(np.unique(w3.round(6), axis=0)) == 12
+    w3 = equally_spaced_weights(3, 10)  # a lattice size: exactly 10, the lattice of 3 partitions
+    assert w3.shape == (10, 3) and (w3 >= 0).all()
+    np.testing.assert_allclose(w3 * 3, np.round(w3 * 3))  # every coordinate a multiple of 1/3
+    assert len(np.unique(w3.round(6), axis=0)) == 10
+    assert equally_spaced_weights(3, 12).shape == (15, 3)  # the next lattice up: 4 partitions
     np.testing.assert_allclose(equally_spaced_weights(3, 1), [[1 / 3] * 3])
     w3[0] = -1  # the cached set is not exposed
-    assert (equally_spaced_weights(3, 12) >= 0).all()
+    assert (equally_spaced_weights(3, 10) >= 0).all()
+
+
+def test_expected_utility_weights_are_pinned_and_need_no_pymoo(monkeypatch):
+    # 4 objectives: the Das-Dennis lattice of 7 partitions, 120 weights, in lattice order
+    w = eu_weights(4)
+    assert w.shape == (120, 4) and EU_WEIGHTS == 100
+    np.testing.assert_array_equal(
+        w[:5],
+        [
+            [0.0, 0.0, 0.0, 1.0],
+            [0.0, 0.0, 1 / 7, 6 / 7],
+            [0.0, 0.0, 2 / 7, 5 / 7],
+            [0.0, 0.0, 3 / 7, 4 / 7],
+            [0.0, 0.0, 4 / 7, 3 / 7],
+        ],
+    )
+    assert w[:5, 2].tolist() == [0.0, 0.14285714285714285, 0.2857142857142857, 0.42857142857142855, 0.5714285714285714]
+    np.testing.assert_array_equal(w[-1], [1.0, 0.0, 0.0, 0.0])
+    assert eu_weights(3).shape == (105, 3) and eu_weights(2).shape == (100, 2)
+    # no pymoo construction behind them: the expected utility of a 4-objective front is the same
+    # number whatever pymoo's reference directions (here: none at all) would give
+    front = np.array([[1.0, 0.0, 0.0, 0.0], [0.0, 2.0, 0.0, 0.0], [0.0, 0.0, 3.0, 0.0], [0.0, 0.0, 0.0, 4.0]])
+    before = expected_utility(front, eu_weights(4))
+    import pymoo.util.ref_dirs
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pymoo reference directions used")
+
+    monkeypatch.setattr(pymoo.util.ref_dirs, "get_reference_directions", refuse)
+    scalarised._weights_cached.cache_clear()
+    assert expected_utility(front, eu_weights(4)) == before
+    # by hand: weight w picks max_k (k + 1) w_k; the lattice mean of that, over the 120 weights
+    assert before == pytest.approx(np.mean([max((k + 1) * x for k, x in enumerate(row)) for row in w]))
 
 
 def test_regret_and_zero_regret_count_by_hand():
@@ -357,8 +394,8 @@ def test_bad_input_messages():
         cardinality([["a", "b"]])
     with pytest.raises(ValueError, match=r"m \(number of objectives\) must be an integer >= 2"):
         equally_spaced_weights(1, 5)
-    with pytest.raises(ValueError, match=r"needs n >= m"):
-        equally_spaced_weights(4, 2)
+    with pytest.raises(ValueError, match=r"n \(number of weight vectors\) must be an integer >= 1"):
+        equally_spaced_weights(4, 0)
 
 
 def test_module_imports_no_torch_gymnasium_or_morlfed():

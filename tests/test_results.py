@@ -94,36 +94,47 @@ def test_table_block_has_seeds_mean_std_and_marks_against_fedpref(doc):
     assert "stale" not in text and "Prose stays." in text and "Between blocks." in text and text.endswith("End.\n")
     cells = table_cells(text, "| algorithm |")
     # columns n, alpha, beta; std of (v - 1, v + 1) is sqrt(2). Every seed is v +- 1 for every
-    # variant, so the paired difference to fedpref is the same in both seeds: certain (sd 0)
+    # variant, so the paired difference to fedpref is the same in both seeds: yet 2 pairs cannot
+    # reach p < 0.05 (the smallest two-sided p is 2/2^2), so the table says so and marks nothing
+    assert cells["fedpref+FT"] == ["2", "5.00 ± 1.41", "1.00 ± 1.41"]
+    assert cells["fedpref"] == ["2", "3.00 ± 1.41", "6.00 ± 1.41"]  # the reference itself
+    assert "sign-flip permutation test of the mean difference, p < 0.05" in text
+    assert "**n too small for 0.05: no cell can be marked.** Every cell here is tested over 2 pairs" in text
+    # at a level 2 pairs can reach, the block marks the differences of the same sign in both seeds
+    doc.write_text(
+        doc.read_text().replace(
+            "metric=mean_scalarised dist=dirichlet", "metric=mean_scalarised dist=dirichlet level=0.6"
+        )
+    )
+    assert main([str(doc)]) == 0
+    cells = table_cells(doc.read_text(), "| algorithm |")
     assert cells["fedpref+FT"] == ["2", "**5.00 ± 1.41** ▲", "1.00 ± 1.41 ▼"]
     assert cells["local"] == ["2", "2.00 ± 1.41 ▼", "**9.00 ± 1.41** ▲"]
-    assert cells["fedpref"] == ["2", "3.00 ± 1.41", "6.00 ± 1.41"]  # the reference itself
-    assert (
-        "▲ (bold) / ▼: significantly better / worse than fedpref, paired by seed at level 0.05: paired t-test" in text
-    )
+    assert cells["fedpref"] == ["2", "3.00 ± 1.41", "6.00 ± 1.41"]
 
 
 def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, summary):
     summary.to_csv(tmp_path / "runs.csv", index=False)
     path = tmp_path / "results.md"
     path.write_text(
-        "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=mean_scalarised,igd decimals=1 -->\n"
+        "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=mean_scalarised,igd decimals=1 level=0.6 -->\n"
         "<!-- /results -->\n"
     )
     assert main([str(path)]) == 0
     cells = table_cells(path.read_text(), "| algorithm | n | Mean scalarised")
     # igd = 10 - value (the same for both seeds): lower is better, so IGD is marked as the reward is
+    # (at a level that 2 pairs can reach: p = 2/2^2 when both differences share a sign)
     assert cells["fedpref+FT"] == ["2", "**5.0 ± 1.4** ▲", "**5.0 ± 0.0** ▲"]
     assert cells["fedavg"] == ["2", "1.0 ± 1.4 ▼", "9.0 ± 0.0 ▼"]
     assert list(cells) == ["fedavg", "fedpref", "fedpref+FT", "local"]
     path.write_text(
-        "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd reference=local level=0.01 -->\n"
+        "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd reference=local level=0.7 -->\n"
         "<!-- /results -->\n"
     )
     assert main([str(path)]) == 0
     text = path.read_text()
     assert table_cells(text, "| algorithm | n | IGD")["fedpref"] == ["2", "**7.00 ± 0.00** ▲"]  # 10 - 3 < 10 - 2
-    assert "worse than local, paired by seed at level 0.01" in text
+    assert "worse than local, paired by seed: exact two-sided sign-flip permutation test" in text and "p < 0.7" in text
 
 
 def test_ranking_finds_first_and_focus_rank(summary):
@@ -193,7 +204,7 @@ def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):
     assert main([str(doc), "--check"]) == 0
     once = doc.read_text()
     assert regenerate(once, doc.parent) == once  # idempotent
-    doc.write_text(once.replace("**5.00 ± 1.41**", "**5.10 ± 1.41**"))
+    doc.write_text(once.replace("5.00 ± 1.41", "5.10 ± 1.41"))
     assert main([str(doc), "--check"]) == 1
     assert "out of date" in capsys.readouterr().err
 

@@ -7,6 +7,7 @@ what the analysis recomputes.
   IGD / IGD+, sparsity, cardinality, known-front points reached, the campaign front;
 * :mod:`morlfed.metrics.scalarised` -- linear preferences: scalarised returns, regret, expected
   utility over equally spaced weights;
+* :mod:`morlfed.metrics.simplex` -- the Das-Dennis lattice of those weights (no pymoo, no RNG);
 * :mod:`morlfed.metrics.registry` -- an RL run's metrics (:func:`compute_metrics`), their
   directions (:data:`METRICS`) and the returns they are computed on (:data:`RETURN_KINDS`);
 * :mod:`morlfed.metrics.accuracy` -- a vision run's L-acc, S-acc and G-acc statistics over clients.
@@ -32,6 +33,7 @@ from morlfed.metrics.registry import METRICS, RETURN_KINDS, MetricInfo, compute_
 from morlfed.metrics.scalarised import (
     EU_WEIGHTS,
     equally_spaced_weights,
+    eu_weights,
     expected_utility,
     regret,
     scalarised_stats,
@@ -55,6 +57,7 @@ __all__ = [
     "check_reference_point",
     "compute_metrics",
     "equally_spaced_weights",
+    "eu_weights",
     "expected_utility",
     "front_points_reached",
     "hypervolume",

@@ -30,7 +30,7 @@ from morlfed.metrics.indicators import (
 from morlfed.metrics.inputs import FRONT_TOL, as_points, front_scale, weights_and_returns
 from morlfed.metrics.scalarised import (
     EU_WEIGHTS,
-    equally_spaced_weights,
+    eu_weights,
     expected_utility,
     regret,
     scalarised_stats,
@@ -106,7 +106,8 @@ METRICS: dict[str, MetricInfo] = {
         "Expected utility",
         True,
         False,
-        f"mean over {EU_WEIGHTS} equally spaced weights w of max over client returns of w . return",
+        f"mean over the Das-Dennis weights w (at least {EU_WEIGHTS}: 100 for 2 objectives, 105 for 3, 120 for 4) "
+        "of max over client returns of w . return",
     ),
 }
 
@@ -146,7 +147,8 @@ def compute_metrics(
     * ``hypervolume`` w.r.t. ``ref_point`` (the one of the kind of ``returns``:
       ``EnvSpec.reference_point``); ``sparsity`` (``None`` below 2 non-dominated returns);
       ``cardinality`` (dedup at 1e-8).
-    * ``expected_utility`` over ``equally_spaced_weights(m, 100)``.
+    * ``expected_utility`` over :func:`~morlfed.metrics.scalarised.eu_weights` (the Das-Dennis
+      lattice with at least 100 weights).
     * With a known ``front`` (else ``None``): ``igd``, ``igd_plus``, ``front_points_reached``
       (relative ``tol``), ``mean_regret`` and ``zero_regret_clients`` (regret of client ``i``
       counts as zero when ``<= tol * (w_i . scale)``, ``scale`` the front's per-objective range).
@@ -176,7 +178,7 @@ def compute_metrics(
         "front_points_reached": None,
         "mean_regret": None,
         "zero_regret_clients": None,
-        "expected_utility": expected_utility(r, equally_spaced_weights(m, EU_WEIGHTS)),
+        "expected_utility": expected_utility(r, eu_weights(m)),
     }
     if front is not None:
         f = as_points(front, "front", m=m, other="returns")

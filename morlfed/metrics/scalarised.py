@@ -1,5 +1,5 @@
 """Metrics of linear preferences: per-client scalarised returns, regret against a known front,
-expected utility over equally spaced weights.
+expected utility over equally spaced (Das-Dennis) weights.
 
 Every objective is maximised and preferences are non-negative weights (see
 :mod:`morlfed.metrics.inputs`); client ``i`` is scored with its own weights ``w_i`` as ``w_i . r``.
@@ -11,11 +11,12 @@ from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike
-from pymoo.util.ref_dirs import get_reference_directions
 
 from morlfed.metrics.inputs import FRONT_TOL, as_points, as_weights, weights_and_returns
+from morlfed.metrics.simplex import das_dennis, fewest_partitions
 
-#: Number of equally spaced weight vectors of the expected utility of ``compute_metrics``.
+#: The fewest weight vectors of the expected utility of ``compute_metrics``
+#: (:func:`eu_weights`: 100 for 2 objectives, 105 for 3, 120 for 4).
 EU_WEIGHTS = 100
 
 
@@ -23,29 +24,38 @@ EU_WEIGHTS = 100
 def _weights_cached(m: int, n: int) -> np.ndarray:
     if n == 1:
         return np.full((1, m), 1.0 / m)
-    if m == 2:
-        return get_reference_directions("das-dennis", 2, n_partitions=n - 1)
-    if n < m:
-        raise ValueError(f"equally_spaced_weights needs n >= m (or n == 1) for m > 2 objectives; got m={m}, n={n}")
-    return get_reference_directions("energy", m, n, seed=0)
+    return das_dennis(m, fewest_partitions(n, m))
 
 
 def equally_spaced_weights(m: int, n: int) -> np.ndarray:
-    """``n`` weight vectors evenly spread on the ``m``-simplex, shape ``[n, m]``.
+    """At least ``n`` weight vectors evenly spaced on the ``m``-simplex, ``[k, m]``: the Das-Dennis
+    lattice with the fewest partitions ``p`` that gives ``n`` or more (every weight with
+    coordinates that are multiples of ``1/p``; :mod:`morlfed.metrics.simplex`, this project's own
+    construction, so the same weights with every pymoo and numpy version).
 
-    Rows are non-negative and sum to 1. Two objectives: pymoo's Das-Dennis set, i.e.
-    ``w_0 = linspace(0, 1, n)``, ``w_1 = 1 - w_0``. More objectives: pymoo's Riesz-energy set
-    (seed 0, deterministic; needs ``n >= m``; takes a second or two, then cached). ``n == 1``
-    gives the centre ``[1/m, ..., 1/m]``.
+    Rows are non-negative and sum to 1. Two objectives: exactly ``n``, ``w_0`` ascending over
+    ``linspace(0, 1, n)`` and ``w_1 = 1 - w_0``. More objectives: exactly ``n`` when ``n`` is a
+    lattice size (``C(p + m - 1, m - 1)``: 3, 6, 10, 15, ... for 3 objectives), else the next
+    lattice size up (105 for ``n = 100`` and 3 objectives, 120 for 4). ``n == 1`` gives the centre
+    ``[1/m, ..., 1/m]``.
 
     :param m: number of objectives (>= 2)
-    :param n: number of weight vectors (>= 1)
+    :param n: the fewest weight vectors (>= 1)
     """
     if int(m) != m or m < 2:
         raise ValueError(f"m (number of objectives) must be an integer >= 2; got {m}")
     if int(n) != n or n < 1:
         raise ValueError(f"n (number of weight vectors) must be an integer >= 1; got {n}")
     return _weights_cached(int(m), int(n)).copy()
+
+
+def eu_weights(m: int) -> np.ndarray:
+    """The weights of the expected utility that ``compute_metrics`` reports for ``m`` objectives:
+    ``equally_spaced_weights(m, EU_WEIGHTS)``.
+
+    :param m: number of objectives (>= 2)
+    """
+    return equally_spaced_weights(m, EU_WEIGHTS)
 
 
 def expected_utility(points: ArrayLike, weights: ArrayLike) -> float:

@@ -12,9 +12,12 @@ Each round, for each cluster c with participants:
 
 1. ``Delta_i = theta_i' - ref_c``;
 2. ``S_ij = (1/L) sum_l cos(topR(Delta_i^l), topR(Delta_j^l))`` (:mod:`morlfed.similarity`);
-3. if ``||mean_i theta_i' - ref_c|| < eps`` for ``patience`` consecutive rounds and ``|c| >= 2``,
-   c is split in two by spectral clustering on the affinity ``(S + 1) / 2`` (at most one split per
-   cluster per round);
+3. if ``||mean_i theta_i' - ref_c|| < threshold`` for ``patience`` consecutive rounds and
+   ``|c| >= 2``, c is split in two by spectral clustering on the affinity ``(S + 1) / 2`` (at most
+   one split per cluster per round). ``threshold`` is ``eps`` (``eps_mode="absolute"``) or
+   ``eps`` times the largest cluster-mean update norm seen so far, this round's included
+   (``eps_mode="relative"``: the paper sets its threshold "based on the maximum observed gradient
+   magnitude");
 4. inside each (new) cluster, ``W = rownorm((clip(S, s_min, 1) - s_min) / (1 - s_min))`` and
    ``theta_i <- sum_j W_ij theta_j'``; then ``ref_c <- mean of the members' models``.
 
@@ -22,7 +25,8 @@ Client-side duties: start each round from the personalised model it receives, tr
 its private preference, return the trained vector. Nothing else.
 
 Members of a split cluster that did not participate this round join the side whose mean trained
-model is nearest (Euclidean) to their current personalised model.
+model is nearest (Euclidean) to their current personalised model. Every split is recorded
+(:meth:`FedPref.split_events`: round, sides and their sizes; ``metrics.json``).
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ from sklearn.cluster import SpectralClustering
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult
 from morlfed.similarity import layerwise_similarity, row_normalise
-from morlfed.strategy import InertSettingWarning, PersonalisedStrategy
+from morlfed.strategy import InertSettingWarning, PersonalisedStrategy, split_event
+
+#: The forms of FedPref's split threshold (``eps_mode``).
+EPS_MODES: tuple[str, ...] = ("absolute", "relative")
 
 
 def preference_weights(similarity: torch.Tensor, s_min: float) -> torch.Tensor:
@@ -70,11 +77,14 @@ class FedPref(PersonalisedStrategy):
 
     :param top_r: fraction R in (0, 1] of each layer's entries kept when comparing updates
     :param s_min: lower similarity bound in [-1, 1) for the aggregation weights
-    :param eps: split threshold on the norm of a cluster's mean update
-    :param patience: rounds the mean update must stay below ``eps`` before a split
+    :param eps: split threshold on the norm of a cluster's mean update: the norm itself
+        (``eps_mode="absolute"``) or a fraction of the largest cluster-mean update norm seen so far
+        in the run (``"relative"``)
+    :param patience: rounds the mean update must stay below the threshold before a split
     :param clustering: enable the recursive bipartition (ablation switch)
     :param weighting: enable similarity-weighted aggregation; off means a plain mean inside each
         cluster (ablation switch)
+    :param eps_mode: ``"absolute"`` or ``"relative"``, the form of ``eps`` (:data:`EPS_MODES`)
     """
 
     def __init__(
@@ -85,6 +95,7 @@ class FedPref(PersonalisedStrategy):
         patience: int = 1,
         clustering: bool = True,
         weighting: bool = True,
+        eps_mode: str = "absolute",
     ) -> None:
         if not 0.0 < top_r <= 1.0:
             raise ValueError(f"fedpref: top_r must be in (0, 1], got {top_r}")
@@ -94,8 +105,10 @@ class FedPref(PersonalisedStrategy):
             raise ValueError(f"fedpref: eps must be >= 0, got {eps}")
         if patience < 1:
             raise ValueError(f"fedpref: patience must be >= 1, got {patience}")
+        if eps_mode not in EPS_MODES:
+            raise ValueError(f"fedpref: eps_mode must be one of {', '.join(EPS_MODES)}, got {eps_mode!r}")
         self.top_r, self.s_min, self.eps, self.patience = top_r, s_min, eps, patience
-        self.clustering, self.weighting = clustering, weighting
+        self.clustering, self.weighting, self.eps_mode = clustering, weighting, eps_mode
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
         """Warn (:class:`~morlfed.strategy.InertSettingWarning`) when no run of ``rounds``
@@ -115,26 +128,39 @@ class FedPref(PersonalisedStrategy):
         self.clusters: list[list[int]] = [list(range(n_clients))]
         self.refs: list[torch.Tensor] = [init_params.detach().float().clone()]
         self.below: list[int] = [0]
+        self.largest_norm = 0.0  # the largest cluster-mean update norm so far (relative eps)
+        self.splits_so_far: list[dict[str, Any]] | None = []
         self._last: dict[str, Any] = {}
         self._similarity: dict[tuple[int, ...], torch.Tensor] = {}
 
+    def threshold(self) -> float:
+        """The split threshold in force: ``eps``, or ``eps`` times the largest cluster-mean update
+        norm seen so far (``eps_mode="relative"``)."""
+        return self.eps if self.eps_mode == "absolute" else self.eps * self.largest_norm
+
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
-        clusters, refs, below = [], [], []
-        norms, splits = [], []
-        self._similarity = {}
-        for members, ref, count in zip(self.clusters, self.refs, self.below):
+        # every cluster's mean update first: a relative threshold counts this round's largest norm,
+        # whichever cluster it is in
+        updates = []
+        for members, ref in zip(self.clusters, self.refs):
             present = [c for c in members if c in results]
-            if not present:
+            trained = torch.stack([results[c].params.float() for c in present]) if present else None
+            norm = float((trained.mean(dim=0) - ref).norm()) if trained is not None else None
+            updates.append((present, trained, norm))
+        norms = [norm for _, _, norm in updates if norm is not None]
+        self.largest_norm = max([self.largest_norm, *norms])
+        threshold = self.threshold()
+        clusters, refs, below, splits = [], [], [], []
+        self._similarity = {}
+        for members, ref, count, (present, trained, norm) in zip(self.clusters, self.refs, self.below, updates):
+            if trained is None or norm is None:
                 clusters.append(members)
                 refs.append(ref)
                 below.append(count)
                 continue
-            trained = torch.stack([results[c].params.float() for c in present])
             sim = layerwise_similarity(trained - ref, self.layout, self.top_r)
             self._similarity[tuple(present)] = sim
-            norm = float((trained.mean(dim=0) - ref).norm())
-            norms.append(norm)
-            count = count + 1 if norm < self.eps else 0
+            count = count + 1 if norm < threshold else 0
             groups = [list(range(len(present)))]
             if self.clustering and count >= self.patience and len(members) >= 2 and len(present) >= 2:
                 labels = spectral_bipartition(sim, self.rng)
@@ -152,7 +178,9 @@ class FedPref(PersonalisedStrategy):
                 refs.append(self.models[sorted(side)].mean(dim=0))
                 below.append(0 if len(groups) == 2 else count)
         self.clusters, self.refs, self.below = clusters, refs, below
-        self._last = {"update_norms": norms, "splits": splits}
+        if self.splits_so_far is not None:
+            self.splits_so_far += [split_event(round, sides) for sides in splits]
+        self._last = {"update_norms": norms, "threshold": threshold, "splits": splits}
 
     def _aggregate_group(self, trained: torch.Tensor, sim: torch.Tensor, cids: list[int]) -> None:
         weights = preference_weights(sim, self.s_min) if self.weighting else torch.full_like(sim, 1.0 / len(cids))
@@ -166,7 +194,14 @@ class FedPref(PersonalisedStrategy):
         return next(k for k, members in enumerate(self.clusters) if cid in members)
 
     def diagnostics(self) -> dict[str, Any]:
+        """``clusters`` (after this round's splits), ``below_eps`` (each one's rounds below the
+        threshold), ``update_norms`` (this round's cluster-mean update norms, one per cluster with
+        participants), ``threshold`` (the split threshold in force) and ``splits`` (the two sides
+        of every split)."""
         return {"clusters": self.clusters, "below_eps": self.below, **self._last}
+
+    def split_events(self) -> list[dict[str, Any]] | None:
+        return None if self.splits_so_far is None else list(self.splits_so_far)
 
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
         return self._similarity
@@ -177,6 +212,8 @@ class FedPref(PersonalisedStrategy):
             "clusters": [list(c) for c in self.clusters],
             "refs": [r.clone() for r in self.refs],
             "below": list(self.below),
+            "largest_norm": self.largest_norm,
+            "splits_so_far": None if self.splits_so_far is None else list(self.splits_so_far),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -184,3 +221,7 @@ class FedPref(PersonalisedStrategy):
         self.clusters = [list(c) for c in state["clusters"]]
         self.refs = [r.clone() for r in state["refs"]]
         self.below = list(state["below"])
+        # a checkpoint from before these were kept: no relative threshold ran, splits unknown
+        self.largest_norm = float(state.get("largest_norm", 0.0))
+        splits = state.get("splits_so_far")
+        self.splits_so_far = None if splits is None else list(splits)

@@ -37,7 +37,7 @@ def evaluate_episodes(
 ) -> Evaluation:
     """The mean vector return of ``episodes`` deterministic episodes of ``policy`` on ``env``,
     episode ``k`` reset with ``derive_seed(seed, "episode", k)``, undiscounted and discounted,
-    and both scalarised with ``weights``.
+    and both scalarised with ``weights``; ``env_steps`` counts the steps of all the episodes.
 
     :param policy: the SB3 policy, with the model loaded (:func:`load_networks`)
     :param env: the client's evaluation env (vector reward, :func:`morlfed.envs.make_eval_env`)
@@ -46,7 +46,7 @@ def evaluate_episodes(
     :param episodes: number of episodes
     :param seed: the evaluation's seed
     """
-    undiscounted, discounted = [], []
+    undiscounted, discounted, steps = [], [], 0
     for episode in range(episodes):
         obs, _ = reset_env(env, derive_seed(seed, "episode", episode))
         total, disc = np.zeros(len(weights)), np.zeros(len(weights))
@@ -54,6 +54,7 @@ def evaluate_episodes(
         while not done:
             action, _ = policy.predict(obs, deterministic=True)
             obs, reward, terminated, truncated, _ = env.step(action)
+            steps += 1
             reward = np.asarray(reward, dtype=np.float64)
             total += reward
             disc += gamma_t * reward
@@ -67,4 +68,5 @@ def evaluate_episodes(
         discounted_return=dret,
         scalarised=float(weights @ ret),
         scalarised_discounted=float(weights @ dret),
+        env_steps=steps,
     )

@@ -17,9 +17,10 @@ class RLFitReport:
     """Mixin of the RL engines' clients (:class:`~morlfed.client.ClientBase` subclasses with
     ``spec``, ``seed`` and ``evaluate_client``).
 
-    * **Loss of a model** (IFCA, FedFew, FedMHC): ``-(w_i . R) / spec.return_scale``, where ``R``
-      is the mean undiscounted vector return of ``spec.eval_episodes`` deterministic episodes
-      seeded ``derive_seed(seed, "loss", cid, round, k)``.
+    * **Loss of a model** (IFCA, FedFew, FedMHC, FedPG): ``-(w_i . R) / spec.return_scale``, where
+      ``R`` is the mean undiscounted vector return of ``spec.eval_episodes`` deterministic episodes
+      seeded ``derive_seed(seed, "loss", cid, round, k)``; their env steps are counted
+      (``FitResult.loss_steps_spent``).
     * **Training metrics**: ``train_reward`` (mean scalarised return of the training episodes that
       finished during the fit's shared-model trainings, every model pooled) and ``episodes``;
       ``personal_train_reward`` and ``personal_episodes`` for the personal model. A job's
@@ -32,9 +33,10 @@ class RLFitReport:
 
     evaluate_client: Callable[[int, torch.Tensor | None, int], Evaluation]  # the engine's client class
 
-    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> float:
+    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
         seed = derive_seed(self.seed, "loss", cid, *keys)
-        return -self.evaluate_client(cid, params, seed).scalarised / self.spec.return_scale
+        evaluation = self.evaluate_client(cid, params, seed)
+        return -evaluation.scalarised / self.spec.return_scale, evaluation.env_steps
 
     def _fit_metrics(self, cid: int, outputs: list[TrainOutput], serving: int) -> dict[str, float]:
         rewards = [r for out in outputs for r in out.stats["rewards"]]

@@ -1,7 +1,12 @@
 """What an RL run reports: ``final.csv`` (per client: weights, vector returns, scalarised scores,
-deployed model, env steps taken), ``front.png`` and ``metrics.json`` (the clients' env steps, every
-metric on discounted and on undiscounted returns, each kind against its own reference point), and
-the console summary."""
+deployed model, env steps taken), ``front.png`` and ``metrics.json`` (the clients' env steps, in
+all and by purpose, every metric on discounted and on undiscounted returns, each kind against its
+own reference point), and the console summary.
+
+Every env step a client's strategy makes it take is counted: its trainings' and the evaluation
+episodes that measure the losses of the models it receives (IFCA, FedFew, FedMHC, FedPG). The
+final evaluation of the deployed models, and the learning curve's (``eval_every``), measure the
+run and are not counted."""
 
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ def write_results(
     """
     m = len(spec.objectives)
     cids = sorted(outcome.evaluations)
+    total_steps = env_steps_total(outcome)
     rows = []
     for cid in cids:
         ev = outcome.evaluations[cid]
@@ -43,7 +49,8 @@ def write_results(
         row.update({f"disc_return_{k}": ev.discounted_return[k] for k in range(m)})
         row.update({"scalarised": ev.scalarised, "scalarised_discounted": ev.scalarised_discounted})
         row["model"] = outcome.model_ids[cid]
-        row["env_steps"] = outcome.steps_spent.get(cid)
+        row["env_steps"] = total_steps.get(cid)
+        row["loss_env_steps"] = outcome.loss_steps_spent.get(cid)
         rows.append(row)
     run_dir.write_csv("final.csv", rows)
     returns = np.array([outcome.evaluations[c].vector_return for c in cids])
@@ -61,9 +68,13 @@ def write_results(
     metrics = {
         **run.fields(env=spec.name, engine=engine, precision=precision),
         "wall_time_s": round(outcome.seconds, 2),
-        "inert_warning": outcome.inert_warning,
+        **outcome.strategy_record(),
         **run.branched(),
-        "env_steps_per_client": env_steps_summary(outcome.steps_spent),
+        "env_steps_per_client": env_steps_summary(total_steps),
+        "env_steps_by_purpose": {
+            "training": env_steps_summary(outcome.steps_spent),
+            "loss_evaluation": env_steps_summary(outcome.loss_steps_spent),
+        },
         "discounted": compute_metrics(preferences, disc, spec.reference_point("discounted"), front=front),
         "undiscounted": compute_metrics(preferences, returns, spec.reference_point("undiscounted"), front=front_undisc),
     }
@@ -71,10 +82,23 @@ def write_results(
     return metrics
 
 
+def env_steps_total(outcome: FederationOutcome) -> dict[int, int | None]:
+    """Each client's env steps over the run, every purpose counted: training plus the evaluation
+    episodes of its loss measurements (``None`` when either is unknown).
+
+    :param outcome: the finished run
+    """
+    return {
+        cid: None if steps is None or loss is None else steps + loss
+        for cid, steps in outcome.steps_spent.items()
+        for loss in [outcome.loss_steps_spent.get(cid)]
+    }
+
+
 def env_steps_summary(steps: dict[int, int | None]) -> dict[str, float] | None:
     """Mean, min and max over clients of the env steps each took, ``None`` when a count is missing.
 
-    :param steps: each client's env steps over the run (``FederationOutcome.steps_spent``)
+    :param steps: each client's env steps over the run (in all, or for one purpose)
     """
     known = [v for v in steps.values() if v is not None]
     if not known or len(known) < len(steps):

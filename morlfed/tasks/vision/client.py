@@ -182,8 +182,8 @@ class VisionClient(SingleClient):
         params, loss, accuracy = self._sgd(job.start, job.steps, batches, job.prox_mu, job.centre)
         return TrainOutput(params, {"loss": loss, "accuracy": accuracy})
 
-    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> float:
-        return self.loss(params)
+    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
+        return self.loss(params), None  # a pass over the training data: no env step to count
 
     def _fit_metrics(self, cid: int, outputs: list[TrainOutput], serving: int) -> dict[str, float]:
         loss, accuracy = outputs[serving].stats["loss"], outputs[serving].stats["accuracy"]

@@ -104,7 +104,7 @@ def write_results(
     metrics = {
         **info,
         "wall_time_s": round(outcome.seconds, 2),
-        "inert_warning": outcome.inert_warning,
+        **outcome.strategy_record(),
         "accuracy": accuracy,
     }
     run_dir.write_json("metrics.json", metrics)
