@@ -43,7 +43,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
+from morlfed.analysis.arguments import add_run_arguments, counted, default_out, report_skipped
 from morlfed.analysis.campaign import (
     VISION_METRICS,
     evaluate_runs,
@@ -143,7 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         written.append(out / "runs")
     atomic_write_text(out / "comparison.md", "\n".join(parts))
     written.append(out / "comparison.md")
-    kinds = " and ".join(([f"{len(valid)} runs"] if valid else []) + ([f"{len(vision)} vision runs"] if vision else []))
+    kinds = " and ".join(
+        ([counted(len(valid), "run")] if valid else []) + ([counted(len(vision), "vision run")] if vision else [])
+    )
     returns = f", {args.returns} returns" if valid else ""
     print(
         f"evaluated {kinds} ({len(skipped)} skipped{returns}): wrote {', '.join(map(str, written[:-1]))} and {written[-1]}"

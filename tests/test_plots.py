@@ -30,6 +30,7 @@ from morlfed.analysis.partial import load_partial_run
 from morlfed.analysis.plot import main
 from morlfed.analysis.runs import load_run
 from morlfed.figures import front_figure, plot_front, save_figure
+from morlfed.runstatus import StopRecord, write_stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 # Three preference groups, interleaved by client id: {0, 3}, {1, 4}, {2, 5}.
@@ -202,7 +203,7 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
     run = load_run(fedpref_run)
     assert run.similarity_rounds() == [1, 2, 3, 4] and sorted(run.cluster_history()) == [1, 2, 3, 4]
     assert main([str(fedpref_run), "--out", str(tmp_path), "--rounds", "1", "3"]) == 0
-    assert "wrote 12 files for 1 runs" in capsys.readouterr().out
+    assert "wrote 12 files for 1 run to" in capsys.readouterr().out
     stems = [
         "front_deep-sea-treasure_fedpref_groups_seed0",
         "similarity_deep-sea-treasure_fedpref_groups_seed0",
@@ -219,7 +220,7 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
 def test_plot_writes_only_the_kinds_of_figure_asked_for(fedpref_run, tmp_path, capsys):
     out = tmp_path / "some"
     assert main([str(fedpref_run), "--out", str(out), "--formats", "png", "--figures", "learning", "clusters"]) == 0
-    assert "wrote 2 files for 1 runs" in capsys.readouterr().out
+    assert "wrote 2 files for 1 run to" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == [
         "clusters_deep-sea-treasure_fedpref_groups_seed0.png",
         "learning_deep-sea-treasure_groups.png",
@@ -257,8 +258,33 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
     assert main([str(stopped), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "partial run: 2 of 4 rounds (no metrics.json yet)" in printed
-    assert "wrote 6 files for 0 runs and 1 partial runs" in printed
+    assert "wrote 6 files for 0 runs and 1 partial run to" in printed
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{s}.{f}" for s in figures for f in ("png", "pdf"))
     (stopped / "rounds.csv").unlink()  # nothing to show before the first round: skipped, said why
     assert main([str(stopped), "--out", str(out)]) == 1
     assert "no metrics.json and no rounds.csv" in capsys.readouterr().err
+
+
+def test_a_stopped_run_beside_a_finished_one_of_the_same_configuration_overwrites_nothing(
+    fedpref_run, tmp_path, capsys
+):
+    """Both runs have the same label, distribution and seed: each figure name gets its run
+    directory's name, and the count printed is the files on disk."""
+    runs = tmp_path / "runs"
+    finished, stopped = runs / "finished", runs / "stopped"
+    shutil.copytree(fedpref_run, finished)
+    shutil.copytree(fedpref_run, stopped)
+    (stopped / "metrics.json").unlink()
+    lines = (stopped / "rounds.csv").read_text().splitlines()
+    (stopped / "rounds.csv").write_text("\n".join(lines[:3]) + "\n")
+    write_stopped(stopped, StopRecord("SIGINT", 2, 4, "checkpoints/round_2", "..."))
+    out = tmp_path / "figures"
+    assert main([str(runs), "--out", str(out), "--formats", "png"]) == 0
+    printed = capsys.readouterr().out
+    assert "partial run: stopped by SIGINT after 2 of 4 rounds (no metrics.json yet)" in printed
+    files = sorted(p.name for p in out.iterdir())
+    assert f"wrote {len(files)} files for 1 run and 1 partial run" in printed
+    stem = "deep-sea-treasure_fedpref_groups_seed0"
+    for kind in ("clusters", "learning"):
+        assert f"{kind}_{stem}_stopped.png" in files
+    assert f"clusters_{stem}_finished.png" in files and f"front_{stem}_finished.png" in files
