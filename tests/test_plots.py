@@ -6,6 +6,7 @@ FedPref run as PNG and PDF.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 
 from morlfed.analysis.campaign_figures import default_rounds, partial_figures
 from morlfed.analysis.charts import (
@@ -120,6 +124,50 @@ def test_fronts_comparison_one_row_per_algorithm_and_seeds_in_the_legends():
     assert len(markers["seed 7"]) == 1 and markers["seed 7"] != markers["seed 3"]
     with pytest.raises(ValueError, match=r"one seed per run"):
         fronts_comparison_figure(sets, seeds={"fedavg": [3]})
+
+
+def overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of drawn texts (titles, labels, drawn tick labels, legends) whose boxes overlap."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    hidden = set()  # tick labels outside the axis' view are not drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for loc, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels()):
+                if not lo - 1e-9 * (hi - lo) <= loc <= hi + 1e-9 * (hi - lo):
+                    hidden.add(id(label))
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def test_fronts_of_four_objectives_are_readable_parallel_coordinates():
+    rng = np.random.default_rng(4)
+    names = ["landed", "shaping", "main_engine_fuel", "side_engine_fuel"]  # mo-lunar-lander's
+    front = rng.dirichlet(np.ones(4), size=12) * [100, 1000, 100, 100] - [0, 500, 100, 100]
+    sets = {
+        label: [(front[rng.choice(12, 5)] + rng.normal(0, 3, (5, 4)), rng.dirichlet(np.ones(4), 5)) for _ in range(3)]
+        for label in ("fedpref (algo.top_r=0.5, local_steps=100)", "fedavg+FT", "local")
+    }
+    seeds = {label: [0, 1, 2] for label in sets}
+    fig = fronts_comparison_figure(sets, front, names, "mo-lunar-lander / dirichlet", "campaign front", seeds)
+    assert overlapping_texts(fig) == []
+    width, height = fig.get_size_inches()
+    assert width <= 13 and height <= 10  # two panels to a row, not six in one
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["fedpref (algo.top_r=0.5, local_steps=100)", "fedavg+FT", "local"]
+    for ax in panels:
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert [t.split("\n")[0] for t in ticks] == ["landed", "shaping", "main engine", "side engine"]
+        assert len(ax.get_lines()) == len(front) + 3 * 5  # the front, then a line per client of each seed
+    assert [t.get_text() for t in panels[0].get_legend().get_texts()][:4] == [
+        "campaign front",
+        "seed 0",
+        "seed 1",
+        "seed 2",
+    ]
 
 
 def test_learning_curves_mean_and_std_band():
