@@ -54,6 +54,7 @@ from morlfed.analysis.campaign import (
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
 from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
 from morlfed.analysis.tables import TABLE_ORDER, comparison_markdown, vision_comparison_markdown
+from morlfed.commands import python
 from morlfed.metrics import METRICS
 from morlfed.rundir import atomic_write_text
 
@@ -62,7 +63,7 @@ PROG = "analysis.evaluate"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
+        prog=python("-m", f"morlfed.{PROG}"),
         description="Recompute every metric of a set of runs, build the campaign front and write "
         "summary.csv, stats.csv (paired tests against a reference variant) and comparison.md.",
     )

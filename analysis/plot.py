@@ -37,6 +37,7 @@ from morlfed.analysis.campaign import select_runs
 from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
+from morlfed.commands import python
 from morlfed.figures import FORMATS
 
 PROG = "analysis.plot"
@@ -44,7 +45,7 @@ PROG = "analysis.plot"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
+        prog=python("-m", f"morlfed.{PROG}"),
         description="Write the fronts, similarity heatmaps, cluster evolution "
         "and learning-curve figures of a set of runs.",
     )

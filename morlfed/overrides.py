@@ -34,6 +34,7 @@ from hydra.errors import HydraException
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
+from morlfed.commands import python
 from morlfed.resume import resume_command
 from morlfed.runstatus import describe_run_dir
 from morlfed.settings import ConfigError, check_setting
@@ -224,7 +225,7 @@ def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, s
     if close:
         message += f"; did you mean {' or '.join(close)}?"
     elif not rest:
-        message += f"; the keys are {', '.join(sorted(top_level_keys()))} (python -m morlfed.run --help)"
+        message += f"; the keys are {', '.join(sorted(top_level_keys()))} ({python('-m', 'morlfed.run', '--help')})"
     return ConfigError(message)
 
 

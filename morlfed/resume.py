@@ -10,12 +10,11 @@ are read and written by :mod:`morlfed.checkpoint`.
 from __future__ import annotations
 
 import re
-import shlex
-import sys
 from pathlib import Path
 from typing import Any, cast
 
 from morlfed.checkpoint import CHECKPOINTS, Checkpointer, checkpoint_round
+from morlfed.commands import python
 
 #: Top-level config keys a resumed run may change (they do not change its results).
 RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every", "branch_siblings")
@@ -72,7 +71,7 @@ def resume_command(run_path: Path) -> str:
 
     :param run_path: the run directory
     """
-    return f"{shlex.quote(sys.executable)} -m morlfed.run {shlex.quote(f'resume={Path(run_path).absolute()}')}"
+    return python("-m", "morlfed.run", f"resume={Path(run_path).absolute()}")
 
 
 def resume_argv(argv: list[str]) -> list[str]:

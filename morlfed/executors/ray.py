@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from morlfed.commands import pip_install
 from morlfed.executors.base import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_KILL_GRACE,
@@ -31,7 +32,7 @@ from morlfed.executors.remote import _pack, _RemoteExecutor, _unpack
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitTask
 
-RAY_MISSING = "executor=ray needs Ray, an optional extra: pip install -e .[ray]"
+RAY_MISSING = f"executor=ray needs Ray, an optional extra: {pip_install('-e', '.[ray]')}"
 
 
 class RayHost:
