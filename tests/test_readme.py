@@ -11,7 +11,6 @@ import importlib.metadata
 import importlib.util
 import re
 import shlex
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -42,13 +41,16 @@ def readme_commands() -> list[list[str]]:
 
 
 COMMANDS = readme_commands()
-EXTRAS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+# the keys of pyproject.toml's [project.optional-dependencies] (tomllib is Python 3.11+, morlfed 3.10+)
+_EXTRAS_TABLE = (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1].split("\n[")[0]
+EXTRAS = set(re.findall(r"^([\w-]+)\s*=", _EXTRAS_TABLE, flags=re.M))
 TOOLS = {ep.name for ep in importlib.metadata.entry_points(group="console_scripts")} | {"python"}
 RUN_DIRS = [w.split("=", 1)[1] for c in COMMANDS for w in c if w.startswith("hydra.run.dir=")]
 
 
 def test_the_readme_has_its_commands():
     assert len(COMMANDS) > 30 and ["python3", "-m", "venv", ".venv"] in COMMANDS
+    assert {"dev", "mujoco", "ray", "notebooks", "vision"} <= EXTRAS
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c)[:70] for c in COMMANDS])
