@@ -58,12 +58,3 @@ def report_skipped(skipped: Sequence[tuple[str, str]], prog: str) -> None:
     """
     for path, reason in skipped:
         print(f"{prog}: skipped {path}: {reason}", file=sys.stderr)
-
-
-def counted(n: int, noun: str) -> str:
-    """``1 run``, ``2 runs``: a count with its noun in the right number.
-
-    :param n: the count
-    :param noun: the noun in the singular
-    """
-    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -43,7 +43,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from morlfed.analysis.arguments import add_run_arguments, counted, default_out, report_skipped
+from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import (
     VISION_METRICS,
     evaluate_runs,
@@ -56,6 +56,7 @@ from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
 from morlfed.analysis.tables import TABLE_ORDER, comparison_markdown, vision_comparison_markdown
 from morlfed.commands import python
 from morlfed.metrics import METRICS
+from morlfed.progress import counted
 from morlfed.rundir import atomic_write_text
 
 PROG = "analysis.evaluate"

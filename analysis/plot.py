@@ -32,13 +32,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from morlfed.analysis.arguments import add_run_arguments, counted, default_out, report_skipped
+from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import select_runs
 from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
 from morlfed.commands import python
 from morlfed.figures import FORMATS
+from morlfed.progress import counted
 
 PROG = "analysis.plot"
 

@@ -99,10 +99,12 @@ class Checkpointer:
 
     def finish(self) -> None:
         """The run completed: remove its latest checkpoint unless it is one to keep (:meth:`due`);
-        it was there only for a stop."""
+        it was there only for a stop (and the checkpoints folder, if that leaves it empty)."""
         latest = self.latest()
         if latest is not None and not self.due(checkpoint_round(latest)):
             shutil.rmtree(latest)
+            if not any(self.root.iterdir()):
+                self.root.rmdir()
 
     def latest(self) -> Path | None:
         """The latest complete checkpoint, or ``None``."""

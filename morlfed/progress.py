@@ -19,6 +19,15 @@ from tqdm.auto import tqdm
 log = logging.getLogger(__name__)
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``: a count with its noun in the right number.
+
+    :param n: the count
+    :param noun: the noun in the singular
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def duration(seconds: float) -> str:
     """A duration for people: ``2.5 s``, ``42 s``, ``7 min``, ``1.3 h``.
 

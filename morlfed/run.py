@@ -40,6 +40,7 @@ from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, participants_for
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
 from morlfed.overrides import check_creatable, check_new_run_dir, group_options, help_groups, precheck_argv, task_class
+from morlfed.progress import counted
 from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_command, resume_point, sibling_source
 from morlfed.rundir import RunDirectory
 from morlfed.runstatus import StopRecord, clear_stopped, write_stopped
@@ -249,10 +250,13 @@ def launch_summary(plan: Plan, out: Path) -> list[str]:
     """
     fed = plan.fed
     total = sum(len(participants_for(fed, r)) for r in range(1, fed.rounds + 1)) * fed.local_steps
-    clients = f"{fed.n_clients} clients" + (f" (participation {fed.participation:g})" if fed.participation < 1 else "")
+    clients = counted(fed.n_clients, "client") + (
+        f" (participation {fed.participation:g})" if fed.participation < 1 else ""
+    )
     return [
         f"run directory {out}",
-        f"{plan.name}: {fed.rounds} rounds x {clients} x {fed.local_steps} {fed.budget_unit} = {total:,} {fed.budget_unit}",
+        f"{plan.name}: {counted(fed.rounds, 'round')} x {clients} x {fed.local_steps} {fed.budget_unit} = "
+        f"{total:,} {fed.budget_unit}",
         f"{plan.task.describe_training()}; {plan.executor.describe(fed.n_clients)}; "
         f"torch_threads={plan.torch_threads}; {usable_cores()} cores",
     ]
