@@ -7,7 +7,8 @@ progress is abandoned; anywhere else (aggregating, logging, writing a checkpoint
 the request, and the round loop raises :class:`RunStopped` at its next :meth:`StopSignals.check`,
 so that no log or checkpoint is left half-written. Either way the run keeps the checkpoint of its
 last completed round (the federation writes one after every round, :mod:`morlfed.checkpoint`).
-A second signal exits at once, without a traceback (:class:`StopNow`).
+A second signal exits at once, without a traceback (:class:`StopNow`; once the stopped run is
+leaving, through ``os._exit``).
 """
 
 from __future__ import annotations
@@ -82,12 +83,20 @@ class StopSignals:
             self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
         self._depth -= 1
         if self._depth == 0:
+            # a stopped process on its way out (SystemExit) may still join workers and flush files:
+            # a signal then exits at once, where the usual handlers would end it with a traceback
+            leaving = self.received is not None and kind is not None and issubclass(kind, SystemExit)
             for sig, handler in self._previous.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, self._exit_now if leaving else handler)
             self._previous = {}
+
+    def _exit_now(self, signum: int, _frame: FrameType | None) -> None:
+        assert self.received is not None, "installed only once a signal has stopped the run"
+        _say(f"{signal.Signals(signum).name} again: exiting now")
+        os._exit(exit_status(self.received))
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         sig = signal.Signals(signum)

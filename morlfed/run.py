@@ -4,13 +4,14 @@ Composes the hydra config (``task``, ``dist``, ``algo``, ``executor`` groups, th
 groups such as ``env``, and top-level fields), validates everything before any training starts,
 runs the federation, and writes the run directory: ``config.yaml``, the task's inputs,
 ``rounds.csv clusters.jsonl``, the task's results and (last) ``metrics.json``. Bad input (an
-unknown key, a value of the wrong type, a directory that holds another run: :mod:`morlfed.overrides`)
-is one line on stderr and exit status 2, with no run directory left behind. Within seconds of its
-launch a run prints its directory, budget, engine, executor and threads; SIGINT and SIGTERM stop
-it within seconds, marking its directory stopped (:mod:`morlfed.interrupt`,
-:mod:`morlfed.runstatus`). ``resume=RUN_DIR`` continues a stopped run in place; ``branch_from=RUN_DIR finetune=true`` starts its "+FT" variant from its
-checkpoint before the last round (:mod:`morlfed.resume`), and ``branch_siblings=true`` does so by
-itself within a sweep folder.
+unknown key, a value of the wrong type, a directory that holds another run:
+:mod:`morlfed.overrides`) is one line on stderr and exit status 2, with no run directory left
+behind. Within seconds of its launch a run prints its directory, budget, engine, executor and
+threads; SIGINT and SIGTERM stop it within seconds, marking its directory stopped
+(:mod:`morlfed.interrupt`, :mod:`morlfed.runstatus`). ``resume=RUN_DIR`` continues a stopped run
+in place; ``branch_from=RUN_DIR finetune=true`` starts its "+FT" variant from its checkpoint
+before the last round (:mod:`morlfed.resume`), and ``branch_siblings=true`` does so by itself
+within a sweep folder.
 
 The task (``task=``, :mod:`morlfed.tasks`) builds the clients and reports their results; this
 module knows nothing about environments or datasets.

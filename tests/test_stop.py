@@ -131,8 +131,10 @@ def test_ctrl_c_twice_under_worker_processes_exits_cleanly_and_ends_the_workers(
         _, err = proc.communicate(timeout=20)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    # 130, or ended by the second SIGINT while the interpreter shuts down: a shell reports 130 for both
+    assert proc.returncode in (130, -signal.SIGINT), err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert (out / "stopped.json").is_file() and "continue with: " in err
     for pid in workers:
         for _ in range(100):
             if not alive(pid):
