@@ -313,6 +313,7 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
     assert "no metrics.json and no rounds.csv" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_stopped_run_beside_a_finished_one_of_the_same_configuration_overwrites_nothing(
     fedpref_run, tmp_path, capsys
 ):

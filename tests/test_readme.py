@@ -51,6 +51,8 @@ RUN_DIRS = [w.split("=", 1)[1] for c in COMMANDS for w in c if w.startswith("hyd
 def test_the_readme_has_its_commands():
     assert len(COMMANDS) > 30 and ["python3", "-m", "venv", ".venv"] in COMMANDS
     assert {"dev", "mujoco", "ray", "notebooks", "vision"} <= EXTRAS
+    assert [f"{VENV}ray", "start", "--head"] in COMMANDS  # the cluster section starts Ray, then joins it
+    assert any("executor.address=auto" in c for c in COMMANDS)
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c)[:70] for c in COMMANDS])
