@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -42,13 +42,14 @@ from morlfed.metrics import (
     compute_metrics,
     eu_weights,
 )
+from morlfed.overrides import GROUPS, top_level_keys
 
 #: An RL or a vision run (:func:`split_duplicates` returns runs of the type it is given).
 _RunT = TypeVar("_RunT", bound="Run | VisionRun")
 
 #: Config keys that never distinguish one algorithm variant from another (the seed, and
 #: settings that do not change results: logging, learning curves, threads, checkpointing,
-#: resuming or branching from a checkpoint, the executor).
+#: resuming or branching from a checkpoint, the executor, the experiment tracker).
 IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
     {
         "seed",
@@ -62,7 +63,7 @@ IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
         "branch_siblings",
     }
 )
-IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.",)
+IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.", "logger.")
 #: The identity columns an RL and a vision summary share, after the environment or dataset
 #: columns (:func:`_variant_cells`), ending with the run's ``inert_warning`` (its strategy's
 #: report that it stayed inert, :meth:`morlfed.strategy.Strategy.inert_warning`; empty if none).
@@ -196,18 +197,46 @@ def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: str(config)}
 
 
-def variant_labels(runs: Sequence[Run | VisionRun]) -> list[str]:
+def _setting(key: str, value: str) -> str:
+    """A config setting as the command line writes it: ``engine=vectorised`` for the option of a
+    config group (``engine.name`` in ``config.yaml``), ``algo.top_r=0.5`` for any other key."""
+    group, _, field = key.partition(".")
+    return f"{group}={value}" if field == "name" and group in GROUPS else f"{key}={value}"
+
+
+class Labelled(Protocol):
+    """What a row label is made of: a run's configuration and identity (a finished or a partial run)."""
+
+    config: dict[str, Any]
+
+    @property
+    def env(self) -> str:
+        """The environment or dataset."""
+
+    @property
+    def dist(self) -> str:
+        """The preference distribution or label partition."""
+
+    @property
+    def label(self) -> str:
+        """The strategy with the "+FT" variant marked."""
+
+
+def variant_labels(runs: Sequence[Labelled]) -> list[str]:
     """Row labels: each run's ``label``, plus the config settings that set it apart.
 
     A config key is a *variant key* when it takes different values among runs that share
     environment, preference distribution and label (e.g. a sweep over ``local_steps`` or
-    ``algo.top_r``); seeds and execution settings are ignored. Each run's label gets
-    ``" (key=value, ...)"`` for the variant keys, so differently configured runs are never
-    averaged together.
+    ``algo.top_r``); seeds and execution settings are ignored, and so are keys that are no
+    setting of morlfed (an unknown key a run's command line added, ``+evn=...``: such runs predate
+    the check that refuses them). Each run's label gets ``" (key=value, ...)"`` for the variant
+    keys, written as the command line writes them (``engine=vectorised``), so differently
+    configured runs are never averaged together.
 
-    :param runs: loaded runs
+    :param runs: loaded runs (finished or partial)
     """
-    flat = [_flatten(r.config) for r in runs]
+    known = top_level_keys()
+    flat = [{k: v for k, v in _flatten(r.config).items() if k.split(".")[0] in known} for r in runs]
     groups: dict[tuple[str, str, str], list[int]] = {}
     for i, r in enumerate(runs):
         groups.setdefault((r.env, r.dist, r.label), []).append(i)
@@ -221,7 +250,7 @@ def variant_labels(runs: Sequence[Run | VisionRun]) -> list[str]:
     ]
     labels = []
     for run, f in zip(runs, flat):
-        extra = ", ".join(f"{k}={f.get(k, '-')}" for k in varying)
+        extra = ", ".join(_setting(k, f.get(k, "-")) for k in varying)
         labels.append(f"{run.label} ({extra})" if extra else run.label)
     return labels
 

@@ -3,15 +3,22 @@
 :func:`write_figures` draws, for a set of loaded runs (:mod:`analysis.charts`,
 :func:`morlfed.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
 and per environment and preference distribution the fronts of all algorithms and the learning
-curves (:func:`learning_curves`); :func:`default_rounds` picks the heatmaps' rounds.
-:func:`write_partial_figures` draws what an unfinished run (:mod:`analysis.partial`) already has:
-its learning curves and cluster evolution. A figure of one run is named and titled by
-environment, variant, preference distribution and seed (:func:`run_stem`, :func:`run_title`).
+curves (:func:`learning_curves`); :func:`default_rounds` picks the heatmaps' rounds. For an
+unfinished run (:mod:`analysis.partial`) it draws what the run already has
+(:func:`partial_figures`): its learning curves and cluster evolution.
+
+A figure of one run is named and titled by environment, variant (the settings that set it apart,
+as the command line writes them: ``fedpref_engine=vectorised``), preference distribution and seed
+(:func:`run_stem`, :func:`run_title`); where two runs, finished or partial, would share a name, each
+gets its run directory's name (or a short hash of its path) as well (:func:`unique_stems`), so
+that no figure overwrites another.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
@@ -31,7 +38,8 @@ from morlfed.figures import FORMATS, front_figure, save_figure
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", name)
+    """``name`` as a file-name part: ``fedpref (algo.top_r=0.5, rounds=2)`` -> ``fedpref_algo.top_r=0.5,rounds=2``."""
+    return re.sub(r"[^A-Za-z0-9_.+=,-]+", "_", name.replace(", ", ",")).strip("_")
 
 
 def default_rounds(available: Sequence[int], k: int = 3) -> list[int]:
@@ -79,7 +87,27 @@ def run_stem(run: Run | PartialRun, label: str) -> str:
     :param run: the run
     :param label: its variant label (:func:`~morlfed.analysis.campaign.variant_labels`)
     """
-    return _safe(f"{run.env}_{label}_{run.dist}_seed{run.seed}")
+    return "_".join(_safe(part) for part in (run.env, label, run.dist, f"seed{run.seed}"))
+
+
+def unique_stems(runs: Sequence[Run | PartialRun], labels: Sequence[str]) -> list[str]:
+    """A file-name stem per run, none shared: :func:`run_stem`, and for runs that would share one
+    (a stopped run beside a finished one of the same configuration) a short run id after it: the
+    run directory's name, or the first 6 hex digits of the SHA-1 of its path where those are equal.
+
+    :param runs: the runs, finished or partial
+    :param labels: their variant labels
+    """
+    stems = [run_stem(run, label) for run, label in zip(runs, labels)]
+    shared = Counter(stems)
+    unique = []
+    for run, stem in zip(runs, stems):
+        if shared[stem] > 1:
+            names = [other.path.name for other, s in zip(runs, stems) if s == stem]
+            digest = hashlib.sha1(str(Path(run.path).resolve()).encode()).hexdigest()[:6]
+            stem = f"{stem}_{_safe(run.path.name) if names.count(run.path.name) == 1 else digest}"
+        unique.append(stem)
+    return unique
 
 
 def run_title(run: Run | PartialRun, label: str) -> str:
@@ -125,8 +153,10 @@ def write_figures(
     rounds: Sequence[int] | None = None,
     formats: Sequence[str] = FORMATS,
     kinds: Collection[str] = FIGURE_KINDS,
+    partial: Sequence[PartialRun] = (),
 ) -> list[Path]:
-    """Write the figures of ``runs`` into ``out``; return the files written.
+    """Write the figures of ``runs`` (and of the unfinished runs ``partial``) into ``out``; return
+    the files written, each once (no two runs share a file name: :func:`unique_stems`).
 
     :param runs: loaded RL runs
     :param out: the output folder
@@ -134,14 +164,17 @@ def write_figures(
     :param rounds: the similarity heatmaps' rounds (default: :func:`default_rounds` of those saved)
     :param formats: file formats (``png``, ``pdf``, ``svg``)
     :param kinds: the kinds of figure to write (default: all, :data:`FIGURE_KINDS`)
+    :param partial: unfinished runs (:func:`partial_figures`)
     """
     check_kinds(kinds)
     fronts = reference_fronts(runs, returns)
-    labels = variant_labels(runs)
+    every_label = variant_labels([*runs, *partial])
+    every_stem = unique_stems([*runs, *partial], every_label)
+    labels, stems = every_label[: len(runs)], every_stem[: len(runs)]
     written: list[Path] = []
-    for run, label in zip(runs, labels):
+    for run, label, stem in zip(runs, labels, stems):
         ref = fronts[run.env, returns_gamma(run.spec, returns)]
-        stem, title = run_stem(run, label), run_title(run, label)
+        title = run_title(run, label)
         if "front" in kinds:
             fig = front_figure(
                 run.returns_of(returns),
@@ -194,10 +227,15 @@ def write_figures(
             if len(curves):
                 fig = learning_curves_figure(curves, title=f"{env} / {dist}", ylabel=ylabel)
                 written += save_figure(fig, out / f"{prefix}_{_safe(env)}_{_safe(dist)}", formats)
+    for unfinished, label, stem in zip(partial, every_label[len(runs) :], every_stem[len(runs) :]):
+        for name, fig in partial_figures(unfinished, kinds, label, stem).items():
+            written += save_figure(fig, out / name, formats)
     return written
 
 
-def partial_figures(run: PartialRun, kinds: Collection[str] = FIGURE_KINDS) -> dict[str, Figure]:
+def partial_figures(
+    run: PartialRun, kinds: Collection[str] = FIGURE_KINDS, label: str | None = None, stem: str | None = None
+) -> dict[str, Figure]:
     """What an unfinished run already shows, by file name: its learning curves (``learning_<run>``,
     and ``evaluation_<run>`` with ``eval_every``) over the rounds configured and its cluster
     evolution (``clusters_<run>``), each titled as a partial run with its rounds done.
@@ -205,14 +243,17 @@ def partial_figures(run: PartialRun, kinds: Collection[str] = FIGURE_KINDS) -> d
     :param run: the unfinished run
     :param kinds: the kinds of figure wanted (:data:`FIGURE_KINDS`; those an unfinished run lacks
         are skipped)
+    :param label: its variant label (default: its strategy, ``run.label``)
+    :param stem: its file-name stem (default: :func:`run_stem`)
     """
     check_kinds(kinds)
-    stem, title = run_stem(run, run.label), f"{run_title(run, run.label)}: {run.status}"
+    label = label or run.label
+    stem, title = stem or run_stem(run, label), f"{run_title(run, label)}: {run.status}"
     figures: dict[str, Figure] = {}
     for column, (prefix, ylabel) in CURVES.items():
         if prefix not in kinds:
             continue
-        curves = learning_curves([run], [run.label], column)
+        curves = learning_curves([run], [label], column)
         if len(curves):
             fig = learning_curves_figure(curves, title=title, ylabel=ylabel)
             fig.axes[0].set_xlim(0.5, (run.rounds_total or run.rounds_done) + 0.5)  # the rounds still to come
@@ -221,17 +262,3 @@ def partial_figures(run: PartialRun, kinds: Collection[str] = FIGURE_KINDS) -> d
     if history and run.weights is not None:
         figures[f"clusters_{stem}"] = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
     return figures
-
-
-def write_partial_figures(
-    run: PartialRun, out: Path, formats: Sequence[str] = FORMATS, kinds: Collection[str] = FIGURE_KINDS
-) -> list[Path]:
-    """Write :func:`partial_figures` into ``out``; return the files written.
-
-    :param run: the unfinished run
-    :param out: the output folder
-    :param formats: file formats (``png``, ``pdf``, ``svg``)
-    :param kinds: the kinds of figure wanted (:data:`FIGURE_KINDS`)
-    """
-    figures = partial_figures(run, kinds)
-    return [path for stem, fig in figures.items() for path in save_figure(fig, out / stem, formats)]

@@ -7,7 +7,7 @@ notebooks, where ``display(fig)`` shows it); :func:`morlfed.figures.save_figure`
 atomically as PNG and/or PDF. One run's front is :func:`morlfed.figures.front_figure`.
 
 * :func:`fronts_comparison_figure`: client returns against the front for several algorithms
-  (one row each, seeds as marker shapes).
+  (a panel each, seeds as marker shapes; parallel coordinates from three objectives on).
 * :func:`similarity_figure`: client-similarity heatmaps at chosen rounds, ordered by cluster
   (the FedPref paper's Figure 11).
 * :func:`cluster_evolution_figure`: cluster membership per round, clients coloured by
@@ -19,12 +19,15 @@ atomically as PNG and/or PDF. One run's front is :func:`morlfed.figures.front_fi
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
@@ -32,8 +35,8 @@ from morlfed.figures import (
     PREFERENCE_NORM,
     clients_panel,
     front_panel,
+    non_dominated_mask,
     objective_names,
-    objective_pairs,
     preference_colorbar,
     returns_and_weights,
 )
@@ -54,12 +57,14 @@ def fronts_comparison_figure(
     front_label: str = "known front",
     seeds: Mapping[str, Sequence[int]] | None = None,
 ) -> Figure:
-    """Several algorithms' client returns against one reference front.
+    """Several algorithms' client returns against one reference front, one panel per algorithm.
 
     ``sets`` maps an algorithm label to its runs, each ``(returns [n, m], weights [n, m])``
-    (e.g. one per seed). One row per label; two objectives give one panel per row, more a
-    panel per objective pair. Seeds are told apart by marker shape; colours and red rings
-    (non-dominated within the run) as in :func:`morlfed.figures.front_figure`.
+    (e.g. one per seed). Two objectives give one scatter panel per label (one row each), the
+    non-dominated points (within the run) ringed in red as in :func:`morlfed.figures.front_figure`.
+    Three or more give parallel coordinates (:func:`_parallel_panel`), two panels to a row, so that
+    the figure stays readable at its default size however many objectives there are. Seeds are
+    told apart by marker shape; colours are the clients' weights on the first objective.
 
     :param sets: algorithm label -> its runs' ``(returns, weights)``
     :param front: ``[k, m]`` reference-front points, or ``None``
@@ -67,7 +72,7 @@ def fronts_comparison_figure(
     :param title: the figure's title
     :param front_label: legend entry of the front
     :param seeds: algorithm label -> its runs' seeds, in the order of ``sets``: a seed keeps its
-        marker in every row and the legends say ``seed 3`` (without them: ``run 1``, ``run 2``, ...
+        marker in every panel and the legends say ``seed 3`` (without them: ``run 1``, ``run 2``, ...
         by position)
     """
     if not sets:
@@ -77,37 +82,106 @@ def fronts_comparison_figure(
     checked = {label: [returns_and_weights(r, w) for r, w in runs] for label, runs in sets.items()}
     m = next(iter(checked.values()))[0][0].shape[1]
     names = objective_names(m, objectives)
-    pairs = objective_pairs(m)
-    rows, cols = len(checked), len(pairs)
     every_seed = sorted({s for runs in (seeds or {}).values() for s in runs})
-    fig = Figure(figsize=(4.2 * cols + 1, 3.6 * rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False, sharex="col", sharey="col")
-    for row, (label, runs) in enumerate(checked.items()):
-        for col, (i, j) in enumerate(pairs):
-            ax = axes[row, col]
-            front_panel(ax, front, i, j, front_label)
+
+    def run_marker(label: str, k: int) -> tuple[str, str]:
+        shape = every_seed.index(seeds[label][k]) if seeds is not None else k
+        return _SEED_MARKERS[
+            shape % len(_SEED_MARKERS)
+        ], f"seed {seeds[label][k]}" if seeds is not None else f"run {k + 1}"
+
+    if m == 2:
+        fig = Figure(figsize=(5.2, 3.6 * len(checked)), layout="constrained")
+        axes = fig.subplots(len(checked), 1, squeeze=False, sharex="col", sharey="col")
+        for ax, (label, runs) in zip(axes[:, 0], checked.items()):
+            front_panel(ax, front, 0, 1, front_label)
             for k, (r, w) in enumerate(runs):
-                shape = every_seed.index(seeds[label][k]) if seeds is not None else k
-                clients_panel(
-                    ax,
-                    r,
-                    w,
-                    i,
-                    j,
-                    marker=_SEED_MARKERS[shape % len(_SEED_MARKERS)],
-                    label=f"seed {seeds[label][k]}" if seeds is not None else f"run {k + 1}",
-                    nd_label="non-dominated" if k == 0 else None,
-                )
-            ax.set_title(label if cols == 1 else f"{label}: {names[i]} / {names[j]}", fontsize=10)
-            ax.set_xlabel(names[i])
-            ax.set_ylabel(names[j])
+                marker, name = run_marker(label, k)
+                nd_label = "non-dominated" if k == 0 else None
+                clients_panel(ax, r, w, 0, 1, marker=marker, label=name, nd_label=nd_label)
+            ax.set_title(_wrapped(label, 60), fontsize=10)
+            ax.set_xlabel(names[0])
+            ax.set_ylabel(names[1])
             ax.grid(alpha=0.3)
-    for row in range(rows):
-        axes[row, 0].legend(fontsize=7)
+            ax.legend(fontsize=7)
+    else:
+        cols = min(2, len(checked))
+        rows = -(-len(checked) // cols)
+        fig = Figure(figsize=(5.4 * cols + 1.2, 3.9 * rows + 0.5), layout="constrained")
+        axes = fig.subplots(rows, cols, squeeze=False)
+        points = [r for runs in checked.values() for r, _ in runs] + ([np.asarray(front)] if front is not None else [])
+        lo, hi = np.min([p.min(0) for p in points], axis=0), np.max([p.max(0) for p in points], axis=0)
+        for ax, (label, runs) in zip(axes.flat, checked.items()):
+            _parallel_panel(
+                ax, runs, front, names, (lo, hi), [run_marker(label, k) for k in range(len(runs))], front_label
+            )
+            ax.set_title(_wrapped(label, 50), fontsize=10)
+        for ax in list(axes.flat)[len(checked) :]:
+            ax.set_visible(False)
+        axes = axes.flat[: len(checked)]
     preference_colorbar(fig, axes, names[0])
     if title:
-        fig.suptitle(title)
+        fig.suptitle(_wrapped(title, 90))
     return fig
+
+
+def _wrapped(text: str, width: int) -> str:
+    """``text`` broken into lines of at most ``width`` characters (titles of narrow panels)."""
+    return textwrap.fill(text, width, break_long_words=False)
+
+
+def _parallel_panel(
+    ax: Axes,
+    runs: Sequence[tuple[np.ndarray, np.ndarray]],
+    front: np.ndarray | None,
+    names: Sequence[str],
+    bounds: tuple[np.ndarray, np.ndarray],
+    markers: Sequence[tuple[str, str]],
+    front_label: str,
+) -> None:
+    """Parallel coordinates of one algorithm's runs: an x position per objective, each client a
+    line through its returns scaled to ``bounds`` (0: the lowest shown, 1: the highest, the same
+    in every panel; each tick says its objective's range), coloured by its weight on the first
+    objective, solid when no client of its run dominates it and dotted otherwise; ``front`` in grey.
+
+    :param ax: the panel
+    :param runs: the algorithm's runs, ``(returns [n, m], weights [n, m])`` each
+    :param front: ``[k, m]`` reference-front points, or ``None``
+    :param names: the objectives' names
+    :param bounds: the lowest and highest return of each objective over every panel
+    :param markers: each run's marker shape and legend entry
+    :param front_label: legend entry of the front
+    """
+    lo, hi = bounds
+    span = np.where(hi > lo, hi - lo, 1.0)
+    x = np.arange(len(names))
+    if front is not None:
+        for k, point in enumerate((np.asarray(front, dtype=float) - lo) / span):
+            ax.plot(x, point, color="grey", lw=0.8, alpha=0.5, zorder=1, label=front_label if k == 0 else None)
+    viridis = colormaps["viridis"]
+    for (returns, weights), (marker, name) in zip(runs, markers):
+        nd = non_dominated_mask(returns)
+        for i, (point, weight) in enumerate(zip((returns - lo) / span, weights)):
+            ax.plot(
+                x,
+                point,
+                color=viridis(PREFERENCE_NORM(float(weight[0]))),
+                ls="-" if nd[i] else ":",
+                lw=1.2,
+                marker=marker,
+                ms=4,
+                zorder=2,
+                label=name if i == 0 else None,
+            )
+    ticks = [f"{_wrapped(n.replace('_', ' '), 12)}\n{lo[k]:.3g} .. {hi[k]:.3g}" for k, n in enumerate(names)]
+    ax.set_xticks(x, ticks, fontsize=7)
+    ax.set_xlim(-0.2, len(names) - 0.8)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("return, scaled to its range", fontsize=8)
+    ax.grid(axis="x", alpha=0.5)
+    handles, labels = ax.get_legend_handles_labels()
+    dotted = Line2D([], [], color="black", ls=":", lw=1.2)
+    ax.legend([*handles, dotted], [*labels, "dominated in its run"], fontsize=7, loc="lower left")
 
 
 # --------------------------------------------------------------------------- clusters

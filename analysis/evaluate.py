@@ -62,6 +62,8 @@ from morlfed.analysis.campaign import (
 )
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
 from morlfed.analysis.tables import write_comparison
+from morlfed.commands import python
+from morlfed.progress import counted
 from morlfed.rundir import atomic_write_text
 
 PROG = "analysis.evaluate"
@@ -69,7 +71,7 @@ PROG = "analysis.evaluate"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
+        prog=python("-m", f"morlfed.{PROG}"),
         description="Recompute every metric of a set of runs, build the campaign front and write "
         "summary.csv, stats.csv (paired tests against a reference variant) and comparison.md.",
     )
@@ -125,7 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.keep_logs:
         archive_runs([*valid, *vision], out / "runs")
         written.append(out / "runs")
-    kinds = " and ".join(([f"{len(valid)} runs"] if valid else []) + ([f"{len(vision)} vision runs"] if vision else []))
+    kinds = " and ".join(
+        ([counted(len(valid), "run")] if valid else []) + ([counted(len(vision), "vision run")] if vision else [])
+    )
     returns = f", {args.returns} returns" if valid else ""
     print(
         f"evaluated {kinds} ({len(skipped)} skipped{returns}): wrote {', '.join(map(str, written[:-1]))} and {written[-1]}"

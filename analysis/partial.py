@@ -1,7 +1,7 @@
 """Runs that have not finished: the live view of ``python -m morlfed.analysis.plot``.
 
-A run directory without ``metrics.json`` is still running, was stopped (Ctrl-C, a killed job) or
-failed. Its ``rounds.csv`` and ``clusters.jsonl`` are rewritten atomically after every round, so
+A run directory without ``metrics.json`` is still running, was stopped (Ctrl-C or SIGTERM: then
+its ``stopped.json`` says so, :mod:`morlfed.runstatus`), was killed or failed. Its ``rounds.csv`` and ``clusters.jsonl`` are rewritten atomically after every round, so
 they always hold the rounds done so far: enough for the learning curves and the cluster
 evolution, not for fronts or metrics (those need the final evaluation). :func:`load_partial_run`
 reads one such directory into a :class:`PartialRun`; :func:`partial_runs` picks them out of the
@@ -21,6 +21,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from morlfed.analysis.runs import RunDirError, cluster_history, read_logs
+from morlfed.runstatus import read_stopped
 
 
 @dataclass
@@ -79,7 +80,11 @@ class PartialRun:
 
     @property
     def status(self) -> str:
-        """``partial run: 2 of 4 rounds`` (what the figures' titles and the command say)."""
+        """``partial run: 2 of 4 rounds``, or ``partial run: stopped by SIGTERM after 2 of 4 rounds``
+        when a signal stopped it (what the figures' titles and the command say)."""
+        stopped = read_stopped(self.path)
+        if stopped is not None:
+            return f"partial run: {stopped.describe()}"
         return f"partial run: {self.rounds_done} of {self.rounds_total or '?'} rounds"
 
     def cluster_history(self) -> dict[int, list[list[int]]]:

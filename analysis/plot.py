@@ -18,7 +18,10 @@ reported on stderr and skipped) and writes, as PNG and PDF (``--formats``), with
 An unfinished run (no ``metrics.json``: still running, stopped or failed) is a *partial run*
 (:mod:`analysis.partial`): it gets ``learning_<run>`` (and ``evaluation_<run>``) and
 ``clusters_<run>`` from the rounds it logged, titled with its rounds done of those configured,
-and a line on stdout says so; fronts and metrics need the finished run.
+and a line on stdout says so; fronts and metrics need the finished run. ``<run>`` names the
+variant by the settings that set it apart (``fedpref_engine=vectorised``); runs that would share a
+name, finished or partial, get their directory's name after it, so every file written is one on
+disk.
 
 This module is the command line only: the figures are drawn by :mod:`analysis.campaign_figures`.
 """
@@ -31,17 +34,19 @@ from collections.abc import Sequence
 
 from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import select_runs
-from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures, write_partial_figures
+from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
+from morlfed.commands import python
 from morlfed.figures import FORMATS
+from morlfed.progress import counted
 
 PROG = "analysis.plot"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
+        prog=python("-m", f"morlfed.{PROG}"),
         description="Write the fronts, similarity heatmaps, cluster evolution "
         "and learning-curve figures of a set of runs.",
     )
@@ -87,12 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not runs and not partial:
         print(f"{PROG}: error: no valid run directory in {' '.join(args.runs)}", file=sys.stderr)
         return 1
-    written = write_figures(runs, out, args.returns, args.rounds, args.formats, args.figures) if runs else []
     for run in partial:
         print(f"{run.path}: {run.status} (no metrics.json yet): learning curves and clusters only")
-        written += write_partial_figures(run, out, args.formats, args.figures)
-    what = f"{len(runs)} runs" + (f" and {len(partial)} partial runs" if partial else "")
-    print(f"wrote {len(written)} files for {what} to {out}")
+    written = write_figures(runs, out, args.returns, args.rounds, args.formats, args.figures, partial)
+    what = counted(len(runs), "run") + (f" and {counted(len(partial), 'partial run')}" if partial else "")
+    print(f"wrote {counted(len(written), 'file')} for {what} to {out}")
     return 0
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from morlfed.analysis.published import ResultsError, parse_blocks, regenerate
+from morlfed.commands import python
 from morlfed.rundir import atomic_write_text
 
 PROG = "analysis.results"
@@ -24,7 +25,7 @@ PROG = "analysis.results"
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
+        prog=python("-m", f"morlfed.{PROG}"),
         description="Rebuild the generated tables of a results document from its committed CSV summaries.",
     )
     p.add_argument("document", type=Path, help="markdown file with <!-- results:KIND ... --> blocks")
@@ -51,7 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     n = len(parse_blocks(text.splitlines()))
     if args.check:
         if new != text:
-            print(f"{PROG}: {doc} is out of date with its CSVs; run python -m {PROG} {doc}", file=sys.stderr)
+            print(
+                f"{PROG}: {doc} is out of date with its CSVs; run {python('-m', f'morlfed.{PROG}', str(doc))}",
+                file=sys.stderr,
+            )
             return 1
         print(f"{doc}: {n} generated blocks up to date")
         return 0

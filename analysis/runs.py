@@ -32,6 +32,7 @@ from omegaconf import OmegaConf
 
 from morlfed.envs import EnvSpec
 from morlfed.metrics import ACCURACIES, RETURN_KINDS, return_columns
+from morlfed.runstatus import read_stopped
 
 #: Files whose presence marks a directory as a run directory (complete or not).
 RUN_MARKERS: tuple[str, ...] = ("config.yaml", "final.csv", "metrics.json")
@@ -207,6 +208,9 @@ class VisionRun(RunIdentity):
 
 def _read_info(path: Path) -> dict[str, Any]:
     file = path / "metrics.json"
+    stopped = read_stopped(path)
+    if not file.is_file() and stopped is not None:
+        raise RunDirError(path, f"incomplete: {stopped.describe()} (continue it with: {stopped.resume})")
     if not file.is_file():
         raise RunDirError(path, "incomplete: no metrics.json (the run did not finish)")
     try:

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
+from morlfed.commands import pip_install
+
 from .spec import EnvSpec, get_spec
 
 if TYPE_CHECKING:
@@ -55,8 +57,8 @@ __all__ = [
 ]
 
 # Python module -> how to install it, per family of MO-Gymnasium env (chosen by entry point).
-_BOX2D_HINT = "pip install box2d==2.3.10 (a wheel, part of `pip install -e .`; not mo-gymnasium[box2d])"
-_MUJOCO_HINT = "pip install -e .[mujoco] (mujoco and imageio)"
+_BOX2D_HINT = f"{pip_install('box2d==2.3.10')} (a wheel, part of `pip install -e .`; not mo-gymnasium[box2d])"
+_MUJOCO_HINT = f"{pip_install('-e', '.[mujoco]')} (mujoco and imageio)"
 
 
 class MissingDependencyError(ImportError):

@@ -11,13 +11,16 @@ A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
 
 It is assembled in a hidden temporary directory and renamed into place, so a reader (or a resume
 after a crash, even SIGKILL in the middle of writing) only ever sees complete checkpoints; older
-ones are deleted afterwards, keeping the latest. Client RNGs need no saving: a client reseeds every
+ones are deleted afterwards, keeping the latest. The federation writes one after every round but
+the last, so that a stop (Ctrl-C, SIGTERM, a crash, even SIGKILL) loses at most the round in
+progress; those that ``checkpoint_every`` (or ``also``) did not ask for are removed when the run
+completes (:meth:`Checkpointer.finish`). Client RNGs need no saving: a client reseeds every
 generator from (seed, client, round) at each fit, so a resumed run repeats exactly what the
 uninterrupted run would have done.
 
 ``python -m morlfed.run resume=RUN_DIR`` continues from the latest checkpoint and
 ``branch_from=RUN_DIR`` starts a new run from it (command lines and checks: :mod:`morlfed.resume`);
-Ctrl-C writes one before stopping (:mod:`morlfed.interrupt`).
+a run stopped by a signal keeps its latest (:mod:`morlfed.interrupt`).
 """
 
 from __future__ import annotations
@@ -44,19 +47,21 @@ class Checkpointer:
     """Writes checkpoints of one run and finds the latest.
 
     :param run_path: the run directory
-    :param every: write one after every ``every``-th round; 0 writes one only on Ctrl-C
-    :param also: rounds after which to write one as well (``branch_siblings``: the round before the last)
+    :param every: keep the one after every ``every``-th round once the run completes (0: none)
+    :param also: rounds whose checkpoint is kept as well (``branch_siblings``: the round before the last)
     """
 
     def __init__(self, run_path: Path, every: int = 0, also: tuple[int, ...] = ()) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-            raise ValueError(f"checkpoint_every must be an integer >= 0 (0: only on Ctrl-C), got {every!r}")
+            raise ValueError(
+                f"checkpoint_every must be an integer >= 0 (0: none kept once the run completes), got {every!r}"
+            )
         self.root = Path(run_path) / CHECKPOINTS
         self.every = every
         self.also = frozenset(also)
 
     def due(self, round: int) -> bool:
-        """Whether round ``round`` ends with a checkpoint.
+        """Whether the checkpoint after round ``round`` is one to keep (``every``, ``also``).
 
         :param round: a round (1-based)
         """
@@ -91,6 +96,15 @@ class Checkpointer:
             if other != final and (other.name.startswith(".tmp-") or _ROUND_DIR.match(other.name)):
                 shutil.rmtree(other, ignore_errors=True)
         return final
+
+    def finish(self) -> None:
+        """The run completed: remove its latest checkpoint unless it is one to keep (:meth:`due`);
+        it was there only for a stop (and the checkpoints folder, if that leaves it empty)."""
+        latest = self.latest()
+        if latest is not None and not self.due(checkpoint_round(latest)):
+            shutil.rmtree(latest)
+            if not any(self.root.iterdir()):
+                self.root.rmdir()
 
     def latest(self) -> Path | None:
         """The latest complete checkpoint, or ``None``."""

@@ -7,8 +7,11 @@ includes every client and is not aggregated: each client deploys the model it ju
 At the end every client's deployed model is evaluated; with ``eval_every=k`` also after every k-th
 round, into ``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the
 last round's value is the final evaluation's). With a checkpointer, a checkpoint is written after
-every ``checkpoint_every``-th round and on Ctrl-C (:mod:`morlfed.checkpoint`,
-:mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from one.
+every round but the last (and after the last when ``checkpoint_every`` asks for it), so that a
+stop loses at most the round in progress: Ctrl-C or SIGTERM abandon the round at once and the run
+ends with :class:`~morlfed.interrupt.RunStopped` (:mod:`morlfed.checkpoint`,
+:mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from the latest. The progress bar
+(:mod:`morlfed.progress`) counts the budget and advances with each client's fit.
 """
 
 from __future__ import annotations
@@ -22,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from morlfed.checkpoint import (
     Checkpointer,
@@ -33,7 +35,8 @@ from morlfed.checkpoint import (
     set_global_rng_state,
 )
 from morlfed.executors import Executor
-from morlfed.interrupt import RunInterrupted, StopOnInterrupt
+from morlfed.interrupt import StopSignals
+from morlfed.progress import RoundProgress
 from morlfed.protocol import ClientFailure, Evaluation, FitResult
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import derive_seed, generator
@@ -62,6 +65,7 @@ class FederationConfig:
     :param round_metrics: client training metrics (``FitResult.metrics`` keys) whose mean over the
         round's usable results is logged in ``rounds.csv`` as ``mean_<key>``, after
         ``mean_train_reward`` (vision runs: ``train_loss``)
+    :param budget_unit: what ``local_steps`` counts, as the progress bar names it (``env steps``)
     """
 
     n_clients: int
@@ -74,6 +78,7 @@ class FederationConfig:
     progress: bool = True
     eval_every: int = 0
     round_metrics: tuple[str, ...] = ()
+    budget_unit: str = "steps"
 
 
 #: What ``model`` (``final.csv``, the console table) means: ``Strategy.model_id``, or -1.
@@ -142,10 +147,13 @@ class Federation:
     :param executor: the executor (clients already started)
     :param cfg: loop settings
     :param run_dir: where to log, or ``None``
-    :param checkpointer: writes checkpoints (when due, and on Ctrl-C: the run then stops with
-        :class:`~morlfed.interrupt.RunInterrupted`); ``None``: no checkpoints, Ctrl-C as usual
+    :param checkpointer: writes a checkpoint after every round but the last (and after the last if
+        due), and the rounds stop on SIGINT and SIGTERM (:class:`~morlfed.interrupt.RunStopped`);
+        ``None``: no checkpoints, signals as usual
     :param tracker: receives every round's scalars (:func:`~morlfed.tracking.round_scalars`);
         ``None``: none. Every round is also one line of the ``morlfed.federation`` log (``run.log``)
+    :param stop: the signal handling the caller installed for the whole run (the CLI's); by
+        default the rounds install their own when there is a checkpointer
     """
 
     def __init__(
@@ -156,9 +164,11 @@ class Federation:
         run_dir: RunDirectory | None = None,
         checkpointer: Checkpointer | None = None,
         tracker: Tracker | None = None,
+        stop: StopSignals | None = None,
     ) -> None:
         self.strategy, self.executor, self.cfg, self.run_dir = strategy, executor, cfg, run_dir
         self.checkpointer, self.tracker = checkpointer, tracker
+        self.stop = stop or StopSignals()
         init, layout = executor.initial()
         strategy.setup(cfg.n_clients, init, layout, generator(cfg.seed, "strategy"))
         self.start_round = 1
@@ -202,48 +212,21 @@ class Federation:
         return self.checkpointer.save(rnd, state, self.executor)
 
     def run(self) -> FederationOutcome:
-        """Run the remaining rounds, then evaluate every client's deployed model."""
-        cfg, started = self.cfg, time.perf_counter()
-        finetuned = self._finetuned
-        bar = tqdm(range(self.start_round, cfg.rounds + 1), desc="rounds", disable=not cfg.progress, unit="round")
-        with StopOnInterrupt() if self.checkpointer else contextlib.nullcontext() as stop:
-            for rnd in bar:
-                t0 = time.perf_counter()
-                tasks = self.strategy.configure(rnd, participants_for(cfg, rnd))
-                tasks = {
-                    cid: replace(t, round=rnd, local_steps=t.local_steps or cfg.local_steps) for cid, t in tasks.items()
-                }
-                ok, failed = split_results(self.executor.fit(tasks))
-                self._count_steps(ok)
-                last_ft = cfg.finetune and rnd == cfg.rounds
-                if last_ft:
-                    finetuned = {cid: self.strategy.finetuned_model(cid, r) for cid, r in ok.items()}
-                else:
-                    self.strategy.aggregate(rnd, ok)
-                reward = mean_train_reward(ok)
-                bar.set_postfix(train_reward=f"{reward:.3g}", failed=len(failed))
-                curve = self._evaluate_deployed() if self._eval_due(rnd) and rnd < cfg.rounds else None
-                self._log(
-                    rnd,
-                    len(tasks),
-                    ok,
-                    failed,
-                    reward,
-                    time.perf_counter() - t0,
-                    aggregated=not last_ft,
-                    evaluated=curve,
-                )
-                # stop is a StopOnInterrupt exactly when there is a checkpointer (None otherwise)
-                if self.checkpointer and (self.checkpointer.due(rnd) or (stop is not None and stop.requested)):
-                    path = self._checkpoint(rnd, finetuned)
-                    if stop is not None and stop.requested:
-                        bar.close()
-                        raise RunInterrupted(rnd, path)
-        bar.close()
-        inert = self.strategy.inert_warning()
-        if inert is not None:
-            log.warning(inert)
-        evaluations = self.executor.evaluate(self._deployed(finetuned), self._eval_seeds())
+        """Run the remaining rounds, then evaluate every client's deployed model (raises
+        :class:`~morlfed.interrupt.RunStopped` when a signal stops it)."""
+        cfg, started, stop = self.cfg, time.perf_counter(), self.stop
+        budgets = [len(participants_for(cfg, r)) * cfg.local_steps for r in range(1, cfg.rounds + 1)]
+        with stop if self.checkpointer else contextlib.nullcontext():
+            with RoundProgress(budgets, self.start_round, cfg.budget_unit, cfg.progress) as progress:
+                for rnd in range(self.start_round, cfg.rounds + 1):
+                    stop.check()
+                    self._round(rnd, progress)
+            stop.check()
+            inert = self.strategy.inert_warning()
+            if inert is not None:
+                log.warning(inert)
+            with stop.interruptible():
+                evaluations = self.executor.evaluate(self._deployed(self._finetuned), self._eval_seeds())
         if self._eval_due(cfg.rounds):
             final = mean_scalarised(evaluations)
             log.info("round %d/%d: deployed models' mean scalarised evaluation %.4g", cfg.rounds, cfg.rounds, final)
@@ -251,6 +234,7 @@ class Federation:
                 self.run_dir.update_last_round({"mean_eval_scalarised": final})
             if self.tracker is not None:
                 self.tracker.log_round(cfg.rounds, {"eval/mean_scalarised": final})
+        finetuned = self._finetuned
         model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
         seconds = time.perf_counter() - started
         return FederationOutcome(
@@ -262,6 +246,37 @@ class Federation:
             dict(self._loss_steps_spent),
             self.strategy.split_events(),
         )
+
+    def _round(self, rnd: int, progress: RoundProgress) -> None:
+        """Round ``rnd``: configure, fit (a stop abandons the round there), aggregate (or keep the
+        "+FT" models), log, checkpoint.
+
+        :param rnd: the round
+        :param progress: the run's progress bar
+        """
+        cfg, t0 = self.cfg, time.perf_counter()
+        tasks = self.strategy.configure(rnd, participants_for(cfg, rnd))
+        tasks = {cid: replace(t, round=rnd, local_steps=t.local_steps or cfg.local_steps) for cid, t in tasks.items()}
+        with self.stop.interruptible():
+            outcomes = self.executor.fit(tasks, lambda cid: progress.advance(tasks[cid].local_steps or 0))
+        ok, failed = split_results(outcomes)
+        self._count_steps(ok)
+        last_ft = cfg.finetune and rnd == cfg.rounds
+        if last_ft:
+            self._finetuned = {cid: self.strategy.finetuned_model(cid, r) for cid, r in ok.items()}
+        else:
+            self.strategy.aggregate(rnd, ok)
+        reward = mean_train_reward(ok)
+        curve = None
+        if self._eval_due(rnd) and rnd < cfg.rounds:
+            with self.stop.interruptible():
+                curve = self._evaluate_deployed()
+        self._log(
+            rnd, len(tasks), ok, failed, reward, time.perf_counter() - t0, aggregated=not last_ft, evaluated=curve
+        )
+        if self.checkpointer and (rnd < cfg.rounds or self.checkpointer.due(rnd)):  # a stop loses one round at most
+            self._checkpoint(rnd, self._finetuned)
+        progress.round_done(rnd, train_reward=f"{reward:.3g}", failed=str(len(failed)))
 
     def _count_steps(self, ok: dict[int, FitResult]) -> None:
         """Add the usable fits' ``steps_spent`` and ``loss_steps_spent`` to their clients' totals

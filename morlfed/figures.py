@@ -106,7 +106,11 @@ def objective_pairs(m: int) -> list[tuple[int, int]]:
     return [(i, j) for i in range(m) for j in range(i + 1, m)]
 
 
-def _nondominated_mask(returns: np.ndarray) -> np.ndarray:
+def non_dominated_mask(returns: np.ndarray) -> np.ndarray:
+    """Which rows of ``returns`` (``[n, m]``, maximised) no other row dominates.
+
+    :param returns: the clients' vector returns
+    """
     nd = non_dominated(returns)
     return np.array([np.any(np.all(np.isclose(r, nd), axis=1)) for r in returns])
 
@@ -164,7 +168,7 @@ def clients_panel(
         edgecolors="black",
         linewidths=0.3,
     )
-    nd = _nondominated_mask(returns)
+    nd = non_dominated_mask(returns)
     ax.scatter(returns[nd, i], returns[nd, j], s=140, facecolors="none", edgecolors="red", zorder=3, label=nd_label)
 
 

@@ -1,53 +1,127 @@
-"""Ctrl-C handling: the first SIGINT stops the run after the current round and a checkpoint.
+"""Stopping a run on a signal: Ctrl-C (SIGINT) and SIGTERM (what Slurm, Kubernetes and ``timeout`` send).
 
-:class:`StopOnInterrupt` turns the first Ctrl-C into "finish the current round, write a checkpoint,
-stop" (the federation loop then raises :class:`RunInterrupted`); a second Ctrl-C aborts at once.
+:class:`StopSignals` handles both signals for as long as a run goes on. The first one stops the run
+within seconds, not at the end of the round: while the clients are built, train or are evaluated
+(inside :meth:`StopSignals.interruptible`) it raises :class:`RunStopped` at once and the round in
+progress is abandoned; anywhere else (aggregating, logging, writing a checkpoint) it only records
+the request, and the round loop raises :class:`RunStopped` at its next :meth:`StopSignals.check`,
+so that no log or checkpoint is left half-written. Either way the run keeps the checkpoint of its
+last completed round (the federation writes one after every round, :mod:`morlfed.checkpoint`).
+A second signal exits at once, without a traceback (:class:`StopNow`; once the stopped run is
+leaving, through ``os._exit``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
-import sys
 import threading
-from pathlib import Path
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+#: The signals that stop a run.
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
 
-class RunInterrupted(Exception):
-    """The run stopped on Ctrl-C after writing a checkpoint.
 
-    :param round: the last completed round
-    :param path: the checkpoint written
+def exit_status(sig: signal.Signals) -> int:
+    """The shell's exit status of a process ended by ``sig`` (128 + its number: 130 for SIGINT).
+
+    :param sig: the signal
+    """
+    return 128 + int(sig)
+
+
+class RunStopped(BaseException):
+    """The run was stopped by a signal. A ``BaseException``, like ``KeyboardInterrupt``, so that
+    code catching ``Exception`` (a client's guarded fit, a library) cannot swallow it.
+
+    :param sig: the signal that stopped it
     """
 
-    def __init__(self, round: int, path: Path) -> None:
-        super().__init__(f"interrupted after round {round}; checkpoint {path}")
-        self.round, self.path = round, path
+    def __init__(self, sig: signal.Signals) -> None:
+        super().__init__(f"stopped by {sig.name}")
+        self.signal = sig
 
 
-class StopOnInterrupt:
-    """Context manager: the first SIGINT only sets :attr:`requested` (the loop then finishes the
-    round, checkpoints and stops); the second one raises ``KeyboardInterrupt`` as usual. Does
-    nothing outside the main thread."""
+class StopNow(SystemExit):
+    """A second signal: exit at once with the first signal's status (a ``SystemExit``: Python
+    prints no traceback for it).
+
+    :param sig: the first signal
+    """
+
+    def __init__(self, sig: signal.Signals) -> None:
+        super().__init__(exit_status(sig))
+        self.signal = sig
+
+
+def _say(text: str) -> None:
+    """Write a line to stderr from a signal handler: a raw write, since the handler may run while
+    the main thread is in the middle of writing to ``sys.stderr`` (a buffered stream that refuses
+    to be re-entered)."""
+    os.write(2, f"\nmorlfed: {text}\n".encode())
+
+
+class StopSignals:
+    """Context manager: SIGINT and SIGTERM stop the run (see the module docstring); the previous
+    handlers come back at exit. Re-entrant: a federation entering the one its caller installed
+    changes nothing. Installs nothing outside the main thread, where signals cannot be handled.
+    """
 
     def __init__(self) -> None:
-        self.requested = False
-        self._previous: Any = None
+        #: the first signal received, if any
+        self.received: signal.Signals | None = None
+        self._interruptible = False
+        self._depth = 0
+        self._previous: dict[signal.Signals, Any] = {}
 
-    def __enter__(self) -> StopOnInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
+    def __enter__(self) -> StopSignals:
+        self._depth += 1
+        if self._depth == 1 and threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         return self
 
-    def _handle(self, _signum: int, _frame: FrameType | None) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        print(
-            "\nmorlfed: interrupt: finishing this round and writing a checkpoint (Ctrl-C again to abort)",
-            file=sys.stderr,
-        )
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            # a stopped process on its way out (SystemExit) may still join workers and flush files:
+            # a signal then exits at once, where the usual handlers would end it with a traceback
+            leaving = self.received is not None and kind is not None and issubclass(kind, SystemExit)
+            for sig, handler in self._previous.items():
+                signal.signal(sig, self._exit_now if leaving else handler)
+            self._previous = {}
 
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+    def _exit_now(self, signum: int, _frame: FrameType | None) -> None:
+        assert self.received is not None, "installed only once a signal has stopped the run"
+        _say(f"{signal.Signals(signum).name} again: exiting now")
+        os._exit(exit_status(self.received))
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        sig = signal.Signals(signum)
+        if self.received is not None:
+            _say(f"{sig.name} again: exiting now")
+            raise StopNow(self.received)
+        self.received = sig
+        _say(
+            f"{sig.name}: stopping; the checkpoint of the last completed round is kept ({sig.name} again exits at once)"
+        )
+        if self._interruptible:
+            raise RunStopped(sig)
+
+    def check(self) -> None:
+        """Raise :class:`RunStopped` if a signal has asked the run to stop."""
+        if self.received is not None:
+            raise RunStopped(self.received)
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A block that a signal may abandon at any point (the clients' work of a round, whose
+        result nothing keeps): a stop requested before or during it raises :class:`RunStopped`."""
+        before, self._interruptible = self._interruptible, True
+        try:
+            self.check()  # after setting the flag: a signal in between raises at once
+            yield
+        finally:
+            self._interruptible = before

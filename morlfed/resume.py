@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from morlfed.checkpoint import CHECKPOINTS, Checkpointer, checkpoint_round
+from morlfed.commands import python
 
 #: Top-level config keys a resumed run may change (they do not change its results).
 RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every", "branch_siblings")
@@ -44,6 +45,8 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
         return None
     path = Path(given[-1].split("=", 1)[1].strip("'\"")).absolute()
     saved_file = path / ".hydra" / "overrides.yaml"
+    if not path.is_dir():
+        raise ValueError(f"{key}={path}: no such directory (give the directory of the run to continue)")
     if not saved_file.is_file():
         raise ValueError(f"{key}={path}: not a morlfed run directory (no .hydra/overrides.yaml)")
     extra = [a for a in argv if _override_key(a) != key]
@@ -60,6 +63,15 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
         return k not in replaced and not any(k.startswith(f"{r}.") for r in replaced)
 
     return path, [*[str(o) for o in OmegaConf.load(saved_file) if kept(str(o))], *extra]
+
+
+def resume_command(run_path: Path) -> str:
+    """The shell command that continues the run in ``run_path``, with the Python interpreter
+    running now (the one whose packages the run needs, a virtual environment's when it runs one).
+
+    :param run_path: the run directory
+    """
+    return python("-m", "morlfed.run", f"resume={Path(run_path).absolute()}")
 
 
 def resume_argv(argv: list[str]) -> list[str]:
@@ -163,23 +175,24 @@ def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[s
     return cast("dict[str, Any]", now)  # a YAML mapping's keys are strings
 
 
-def resume_point(run_path: Path, config_yaml: str) -> Path:
+def resume_point(run_path: Path, config_yaml: str) -> Path | None:
     """The checkpoint a ``resume=RUN_DIR`` run continues from, after checking that the run is
     unfinished and that ``config_yaml`` (the resumed run's resolved config) matches the saved
-    ``RUN_DIR/config.yaml`` outside :data:`RESUME_MAY_CHANGE`.
+    ``RUN_DIR/config.yaml`` outside :data:`RESUME_MAY_CHANGE`; ``None`` for a run stopped before it
+    completed a round (it starts again from the beginning, in place).
 
     :param run_path: the run directory to resume
     :param config_yaml: the resumed run's resolved config as YAML
-    :raises ValueError: finished run, changed configuration, or no complete checkpoint
+    :raises ValueError: finished run, changed configuration, or rounds done but no complete checkpoint
     """
     run_path = Path(run_path)
     if (run_path / "metrics.json").exists():
         raise ValueError(f"resume={run_path}: the run already completed (metrics.json exists)")
     _check_same_config(run_path, config_yaml, "resume", {*RESUME_MAY_CHANGE, "resume", "branch_from"})
     latest = Checkpointer(run_path).latest()
-    if latest is None:
+    if latest is None and (run_path / "rounds.csv").is_file():
         raise ValueError(
-            f"resume={run_path}: no complete checkpoint in {run_path / CHECKPOINTS} (set checkpoint_every=k, "
-            "or stop a run with Ctrl-C, to get one)"
+            f"resume={run_path}: rounds.csv records rounds done but {run_path / CHECKPOINTS} holds no complete "
+            "checkpoint (a run killed before morlfed kept one after every round): run it again in a new directory"
         )
     return latest

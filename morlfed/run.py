@@ -3,11 +3,15 @@
 Composes the hydra config (``task``, ``dist``, ``algo``, ``executor`` groups, the task's own
 groups such as ``env``, and top-level fields), validates everything before any training starts,
 runs the federation, and writes the run directory: ``config.yaml``, the task's inputs,
-``rounds.csv clusters.jsonl``, the task's results and (last) ``metrics.json``. Bad input is one
-line on stderr and exit status 2, with no run directory left behind. ``resume=RUN_DIR`` continues
-a stopped run in place; ``branch_from=RUN_DIR finetune=true`` starts its "+FT" variant from its
-checkpoint before the last round (:mod:`morlfed.resume`), and ``branch_siblings=true`` does so by
-itself within a sweep folder.
+``rounds.csv clusters.jsonl``, the task's results and (last) ``metrics.json``. Bad input (an
+unknown key, a value of the wrong type, a directory that holds another run:
+:mod:`morlfed.overrides`) is one line on stderr and exit status 2, with no run directory left
+behind. Within seconds of its launch a run prints its directory, budget, engine, executor and
+threads; SIGINT and SIGTERM stop it within seconds, marking its directory stopped
+(:mod:`morlfed.interrupt`, :mod:`morlfed.runstatus`). ``resume=RUN_DIR`` continues a stopped run
+in place; ``branch_from=RUN_DIR finetune=true`` starts its "+FT" variant from its checkpoint
+before the last round (:mod:`morlfed.resume`), and ``branch_siblings=true`` does so by itself
+within a sweep folder.
 
 The task (``task=``, :mod:`morlfed.tasks`) builds the clients and reports their results; this
 module knows nothing about environments or datasets.
@@ -16,42 +20,40 @@ module knows nothing about environments or datasets.
 from __future__ import annotations
 
 import logging
-import os
+import secrets
 import shutil
+import signal
 import sys
-import tempfile
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 import numpy as np
 from hydra.core.hydra_config import HydraConfig
-from hydra.utils import get_class, instantiate
+from hydra.types import RunMode
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from morlfed.checkpoint import Checkpointer, checkpoint_round
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
-from morlfed.federation import Federation, FederationConfig
-from morlfed.interrupt import RunInterrupted
+from morlfed.federation import Federation, FederationConfig, participants_for
+from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
+from morlfed.overrides import check_creatable, check_new_run_dir, group_options, help_groups, precheck_argv, task_class
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
-from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_point, sibling_source
+from morlfed.progress import counted
+from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_command, resume_point, sibling_source
 from morlfed.rundir import RunDirectory
+from morlfed.runstatus import StopRecord, clear_stopped, write_stopped
+from morlfed.settings import ConfigError, check_settings
 from morlfed.strategy import Strategy
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tracking import Tracker, flat_scalars, tracker_class
 
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # stopped by Ctrl-C after writing a checkpoint
-CONF_DIR = Path(__file__).parent / "conf"
 log = logging.getLogger("morlfed.run")  # also when run as __main__
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot work; the message says what and what is allowed."""
 
 
 @dataclass
@@ -64,7 +66,7 @@ class Plan:
     :param executor: how the clients run
     :param run: the run's identity (algo, dist, variant)
     :param faults: injected faults (chaos testing)
-    :param checkpoint_every: write a checkpoint after every k-th round (0: only on Ctrl-C)
+    :param checkpoint_every: keep the checkpoint of every k-th round once the run completes (0: none)
     :param tracker: the experiment tracker's class (``logger=``)
     :param tracker_options: its options (``conf/logger/<name>.yaml`` without ``_target_``)
     :param parallelism: the executor, workers and threads the run resolved (``auto`` settings)
@@ -87,26 +89,6 @@ class Plan:
         return f"{self.task.describe()}/{self.run.label}/{self.run.dist}/seed{self.fed.seed}"
 
 
-def _positive_int(cfg: DictConfig, key: str) -> int:
-    value = cfg[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key} must be a positive integer, got {value!r}")
-    return value
-
-
-@cache
-def task_class(name: str) -> type[Task]:
-    """The class of task ``name``, named by ``_target_`` in ``conf/task/<name>.yaml``."""
-    node = OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")
-    return get_class(node.task._target_ if "task" in node else node._target_)
-
-
-def default_task() -> str:
-    """The ``task`` option of ``conf/config.yaml``'s defaults list."""
-    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
-    return next(d["task"] for d in defaults if isinstance(d, dict) and "task" in d)  # type: ignore[union-attr]
-
-
 def check_dist(task: type[Task], dist: str) -> None:
     """Reject a ``dist`` option that belongs to another task, naming both tasks' options."""
     if dist in task.dists:
@@ -119,14 +101,11 @@ def check_dist(task: type[Task], dist: str) -> None:
 def build_plan(cfg: DictConfig) -> Plan:
     """Validate the composed config and build the run's parts (raises :class:`ConfigError`)."""
     choices = HydraConfig.get().runtime.choices
-    n, rounds, steps = (_positive_int(cfg, k) for k in ("n_clients", "rounds", "local_steps"))
-    if isinstance(cfg.eval_every, bool) or not isinstance(cfg.eval_every, int) or cfg.eval_every < 0:
-        raise ConfigError(f"eval_every must be an integer >= 0 (0: only the final evaluation), got {cfg.eval_every!r}")
-    participation = float(cfg.participation)
-    if not 0.0 < participation <= 1.0:
-        raise ConfigError(f"participation must be in (0, 1], got {cfg.participation!r}")
-    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
-        raise ConfigError(f"seed must be a non-negative integer, got {cfg.seed!r}")
+    try:
+        check_settings(cfg)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    n, rounds, steps = cfg.n_clients, cfg.rounds, cfg.local_steps
     kind = task_class(cfg.task.name)
     check_dist(kind, cfg.dist.name)
     try:
@@ -166,12 +145,13 @@ def build_plan(cfg: DictConfig) -> Plan:
         rounds=rounds,
         local_steps=steps,
         seed=cfg.seed,
-        participation=participation,
-        finetune=bool(cfg.finetune),
-        save_similarity=bool(cfg.save_similarity),
-        progress=bool(cfg.progress),
+        participation=float(cfg.participation),
+        finetune=cfg.finetune,
+        save_similarity=cfg.save_similarity,
+        progress=cfg.progress,
         eval_every=cfg.eval_every,
         round_metrics=kind.round_metrics,
+        budget_unit=kind.budget_unit,
     )
     run = RunInfo(choices["algo"], fed.finetune, choices["dist"], fed, parallelism=parallelism.record())
     tracker_options: dict[str, Any] = OmegaConf.to_container(cfg.logger, resolve=True)  # type: ignore[assignment]
@@ -239,6 +219,8 @@ def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, 
     if checkpoint is not None:
         how = "resumed in place" if source is None else f"branched from {source}"
         log.info("%s, starting from checkpoint %s", how, checkpoint)
+    elif cfg.resume:
+        log.info("resumed in place from the start (it was stopped before it completed a round)")
 
 
 def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
@@ -252,7 +234,7 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
     if cfg.resume and Path(cfg.resume).absolute() != out.absolute():
         raise ConfigError(
             f"resume={cfg.resume} writes into the run directory itself; run it as "
-            f"`python -m morlfed.run resume={cfg.resume}` (the saved overrides are reapplied)"
+            f"`{resume_command(Path(cfg.resume))}` (the saved overrides are reapplied)"
         )
     if cfg.branch_from and Path(cfg.branch_from).absolute() == out.absolute():
         raise ConfigError(f"branch_from={cfg.branch_from} writes a new run directory; give another hydra.run.dir")
@@ -268,21 +250,102 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
         raise ConfigError(str(exc)) from exc
 
 
+def _dir_key() -> str:
+    """How the command line names this run's directory: ``hydra.run.dir`` or, in a sweep,
+    ``hydra.sweep.dir`` (the job's folder below it)."""
+    return "hydra.sweep.dir" if HydraConfig.get().mode == RunMode.MULTIRUN else "hydra.run.dir"
+
+
+def launch_summary(plan: Plan, out: Path) -> list[str]:
+    """What the run prints within seconds of its launch: its directory, budget, engine, executor,
+    threads and cores (the settings as the run resolved them).
+
+    :param plan: the validated run
+    :param out: its directory
+    """
+    fed = plan.fed
+    total = sum(len(participants_for(fed, r)) for r in range(1, fed.rounds + 1)) * fed.local_steps
+    clients = counted(fed.n_clients, "client") + (
+        f" (participation {fed.participation:g})" if fed.participation < 1 else ""
+    )
+    return [
+        f"run directory {out}",
+        f"{plan.name}: {counted(fed.rounds, 'round')} x {clients} x {fed.local_steps} {fed.budget_unit} = "
+        f"{total:,} {fed.budget_unit}",
+        f"{plan.task.describe_training()}; {plan.executor.describe(fed.n_clients)}; "
+        f"torch_threads={plan.parallelism.torch_threads}; {plan.parallelism.cores} cores",
+    ]
+
+
+def _record_stop(out: Path, rounds: int, sig: signal.Signals) -> None:
+    """A signal stopped the run: mark its directory stopped (``stopped.json``: never looking
+    finished), say so in ``run.log`` and print the command that continues it; a run stopped before
+    it wrote anything of its own leaves no directory.
+
+    :param out: the run directory
+    :param rounds: the rounds configured
+    :param sig: the signal
+    """
+    if (out / "metrics.json").is_file():
+        return  # it completed before the signal could stop it
+    if not (out / "config.yaml").is_file():
+        _remove_new_run_dir(out)
+        print(f"morlfed: stopped by {sig.name} before the run started; nothing was kept", file=sys.stderr)
+        return
+    latest = Checkpointer(out).latest()
+    command = resume_command(out)
+    done = checkpoint_round(latest) if latest is not None else 0
+    record = StopRecord(sig.name, done, rounds, str(latest.relative_to(out)) if latest else None, command)
+    write_stopped(out, record)
+    kept = f"checkpoint {latest}" if latest is not None else "no round completed: it continues from the start"
+    log.info("%s (%s); continue with: %s", record.describe(), kept, command)
+    print(f"morlfed: {record.describe()} ({kept})\ncontinue with: {command}", file=sys.stderr)
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict | None:
-    """Run one federated experiment as configured."""
+    """Run one federated experiment as configured; SIGINT and SIGTERM stop it within seconds
+    (:mod:`morlfed.interrupt`), keeping the last completed round's checkpoint."""
     out = Path(HydraConfig.get().runtime.output_dir)
-    try:
-        check_creatable(out)
-        plan = build_plan(cfg)
-        checkpoint, source = _start_point(cfg, out)
-    except ConfigError as exc:
-        _fail(out, exc)
+    with StopSignals() as stop:
+        try:
+            check_creatable(out)
+            if not cfg.resume:  # a sweep's job folder that holds an earlier run (a hydra.run.dir is checked first)
+                check_new_run_dir(out, _dir_key(), ignore={".hydra", "run.log"})
+            plan = build_plan(cfg)
+            checkpoint, source = _start_point(cfg, out)
+        except ConfigError as exc:
+            _fail(out, exc)
+        try:
+            stop.check()
+            return _run(plan, cfg, out, checkpoint, source, stop)
+        except (RunStopped, StopNow) as exc:
+            _record_stop(out, plan.fed.rounds, exc.signal)
+            sys.exit(exit_status(exc.signal))
+
+
+def _run(
+    plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, source: Path | None, stop: StopSignals
+) -> dict[str, Any]:
+    """The run proper, once everything is validated: its files, clients, rounds and results.
+
+    :param plan: the validated run
+    :param cfg: the composed config
+    :param out: the run directory
+    :param checkpoint: the checkpoint it starts from, if any
+    :param source: the run it branches from, if any
+    :param stop: the run's signal handling
+    """
     plan.run.branched_from = source
     tracker = _start_tracker(plan, cfg, out)
     _log_start(plan, cfg, out, checkpoint, source)
+    for line in launch_summary(plan, out):
+        log.info(line)
+        print(f"morlfed: {line}", file=sys.stderr)
     run_dir = RunDirectory(out)
-    if not cfg.resume:  # a resumed run keeps its config.yaml and inputs
+    if cfg.resume:  # it keeps its config.yaml and inputs, and goes on
+        clear_stopped(out)
+    else:
         run_dir.write_text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         plan.task.write_inputs(run_dir, plan.run)
     if source is not None:  # the similarity matrices of the rounds the branch shares with its source
@@ -291,30 +354,21 @@ def main(cfg: DictConfig) -> dict | None:
         for path in sorted(source.glob("similarity_*.npy")):
             if int(path.stem.removeprefix("similarity_")) <= shared:
                 run_dir.write_npy(path.name, np.load(path))
-    factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
-    plan.executor.start(FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients)
     try:
+        factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
+        with stop.interruptible():
+            plan.executor.start(
+                FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients
+            )
         before_last = (plan.fed.rounds - 1,) if cfg.branch_siblings else ()  # what a sibling branches from
         checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
-        federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir, checkpointer, tracker)
+        federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir, checkpointer, tracker, stop)
         if checkpoint is not None:
             federation.resume(checkpoint)
         outcome = federation.run()
         metrics = plan.task.write_results(run_dir, outcome, plan.run)
+        checkpointer.finish()
         tracker.log_final(plan.fed.rounds, flat_scalars(metrics, "final/"), sorted(out.glob("*.png")))
-    except RunInterrupted as exc:
-        log.info(  # run.log only: the console gets the lines below
-            "stopped after round %d, checkpoint %s; continue with: python -m morlfed.run resume=%s",
-            exc.round,
-            exc.path,
-            out,
-        )
-        print(
-            f"morlfed: stopped after round {exc.round}, checkpoint {exc.path}\n"
-            f"continue with: python -m morlfed.run resume={out}",
-            file=sys.stderr,
-        )
-        sys.exit(EXIT_INTERRUPTED)
     except Exception as exc:
         log.error("the run failed: %s: %s", type(exc).__name__, exc)
         log.info("the failure's traceback", exc_info=True)  # run.log only: hydra prints it on the console
@@ -328,80 +382,11 @@ def main(cfg: DictConfig) -> dict | None:
     return metrics
 
 
-#: The config groups on morlfed's search path (``env`` lives in envs/conf/env, the others in conf/).
-GROUPS = ("algo", "data", "dist", "engine", "env", "executor", "experiment", "logger", "model", "task", "variant")
-
-
-def group_options(group: str) -> list[str]:
-    """The options of a config group (one of :data:`GROUPS`) on morlfed's search path."""
-    from morlfed.envs import ENV_CONF_DIR
-
-    folder = ENV_CONF_DIR if group == "env" else CONF_DIR / group
-    return sorted(p.stem for p in folder.glob("*.yaml"))
-
-
-def precheck_argv(argv: list[str]) -> None:
-    """Reject, in one line, what hydra would otherwise report as a multi-line trace: an unknown
-    option of a config group or ``+experiment``/``+variant`` (conf/experiment/, conf/variant/), a
-    group that belongs to another task than the selected one (its ``Task.groups``), and an output
-    directory that cannot be created."""
-    chosen = [v for k, _, v in (a.partition("=") for a in argv) if k == "task"]
-    selected = chosen[-1] if chosen and chosen[-1] in group_options("task") else default_task()
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            continue
-        group = key.removeprefix("+")
-        if group in GROUPS:
-            valid = group_options(group)
-            for option in value.split(","):
-                if option not in valid:
-                    raise ConfigError(f"unknown {group} {option!r}; valid: {', '.join(valid)}")
-        owners = [t for t in group_options("task") if key in task_class(t).groups]
-        if owners and selected not in owners:
-            owner = owners[0]
-            raise ConfigError(
-                f"{key}= is a setting of task={owner}; task={selected} takes "
-                f"{', '.join(g + '=' for g in task_class(selected).groups)} (or add task={owner}: task={owner} {arg})"
-            )
-        if key in ("hydra.run.dir", "hydra.sweep.dir"):
-            check_creatable(Path(value), f"{key}={value}")
-    key, default = ("hydra.sweep.dir", "multirun") if {"-m", "--multirun"} & set(argv) else ("hydra.run.dir", "runs")
-    if not any(a.startswith(f"{key}=") for a in argv):  # the default: runs/... or multirun/... here
-        check_creatable(Path.cwd() / default, f"the default {key} {Path.cwd() / default}/...", f"; set {key}=...")
-
-
-def check_creatable(path: Path, what: str = "", hint: str = "") -> None:
-    """Raise :class:`ConfigError` unless directories can be made at ``path``: a probe directory is
-    created in its nearest existing ancestor and removed again (``os.access`` cannot tell: it says
-    yes to root everywhere, also on /proc and /sys, where nothing can be created).
-
-    :param path: the directory to be created (or an existing one to write into)
-    :param what: how the message names it (default: ``output directory PATH``)
-    :param hint: appended to the message (what to do instead)
-    """
-    existing = path.absolute()
-    while not existing.exists():
-        existing = existing.parent
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(f"{existing} is a file")
-        os.rmdir(tempfile.mkdtemp(prefix=".morlfed-probe-", dir=existing))
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        raise ConfigError(
-            f"{what or f'output directory {path}'} cannot be created: {existing} is not a writable directory ({why}){hint}"
-        ) from exc
-
-
-def help_groups() -> str:
-    """The ``--help`` list of config groups, one ``group: options`` line each (hydra's own list
-    misses ``env``, whose configs come in through the search path)."""
-    return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in GROUPS)
-
-
 # conf/config.yaml's help template calls it as ${morlfed_groups:}
 OmegaConf.register_new_resolver("morlfed_groups", help_groups, replace=True)
+# the default run and sweep directories end in ${morlfed_id:}: runs started in the same second get
+# directories of their own; cached per configuration, so every job of a sweep shares its folder
+OmegaConf.register_new_resolver("morlfed_id", lambda: secrets.token_hex(3), use_cache=True, replace=True)
 
 
 def cli() -> None:
@@ -412,7 +397,11 @@ def cli() -> None:
     except ValueError as exc:
         print(f"morlfed: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C while starting up, before the run handles signals itself
+        print("\nmorlfed: interrupted while starting; no run was started", file=sys.stderr)
+        sys.exit(exit_status(signal.SIGINT))
 
 
 if __name__ == "__main__":

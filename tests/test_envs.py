@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -225,7 +226,7 @@ def test_minecart_front_and_no_front() -> None:
 
 def test_missing_simulator_raises_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(envs_factory, "_module_available", lambda name: name not in ("mujoco", "Box2D"))
-    with pytest.raises(envs.MissingDependencyError, match=re.escape("pip install -e .[mujoco]")):
+    with pytest.raises(envs.MissingDependencyError, match=re.escape(f"{sys.executable} -m pip install -e '.[mujoco]'")):
         envs.make_eval_env("mo-halfcheetah", seed=0)
     with pytest.raises(ImportError, match=r"box2d==2\.3\.10"):
         envs.make_train_env("mo-lunar-lander", [0.25] * 4, seed=0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -167,7 +168,7 @@ def test_bad_executor_options_are_refused():
 
 def test_missing_ray_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
-    with pytest.raises(ImportError, match=r"pip install -e \.\[ray\]"):
+    with pytest.raises(ImportError, match=re.escape(f"{sys.executable} -m pip install -e '.[ray]'")):
         make_executor("ray")
 
 

@@ -6,6 +6,7 @@ FedPref run as PNG and PDF.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.text import Text
 
 from morlfed.analysis.campaign_figures import default_rounds, partial_figures
 from morlfed.analysis.charts import (
@@ -30,6 +34,7 @@ from morlfed.analysis.partial import load_partial_run
 from morlfed.analysis.plot import main
 from morlfed.analysis.runs import load_run
 from morlfed.figures import front_figure, plot_front, save_figure
+from morlfed.runstatus import StopRecord, write_stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 # Three preference groups, interleaved by client id: {0, 3}, {1, 4}, {2, 5}.
@@ -121,6 +126,50 @@ def test_fronts_comparison_one_row_per_algorithm_and_seeds_in_the_legends():
         fronts_comparison_figure(sets, seeds={"fedavg": [3]})
 
 
+def overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of drawn texts (titles, labels, drawn tick labels, legends) whose boxes overlap."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    hidden = set()  # tick labels outside the axis' view are not drawn
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            for loc, label in zip(axis.get_majorticklocs(), axis.get_majorticklabels()):
+                if not lo - 1e-9 * (hi - lo) <= loc <= hi + 1e-9 * (hi - lo):
+                    hidden.add(id(label))
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and id(t) not in hidden]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def test_fronts_of_four_objectives_are_readable_parallel_coordinates():
+    rng = np.random.default_rng(4)
+    names = ["landed", "shaping", "main_engine_fuel", "side_engine_fuel"]  # mo-lunar-lander's
+    front = rng.dirichlet(np.ones(4), size=12) * [100, 1000, 100, 100] - [0, 500, 100, 100]
+    sets = {
+        label: [(front[rng.choice(12, 5)] + rng.normal(0, 3, (5, 4)), rng.dirichlet(np.ones(4), 5)) for _ in range(3)]
+        for label in ("fedpref (algo.top_r=0.5, local_steps=100)", "fedavg+FT", "local")
+    }
+    seeds = {label: [0, 1, 2] for label in sets}
+    fig = fronts_comparison_figure(sets, front, names, "mo-lunar-lander / dirichlet", "campaign front", seeds)
+    assert overlapping_texts(fig) == []
+    width, height = fig.get_size_inches()
+    assert width <= 13 and height <= 10  # two panels to a row, not six in one
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["fedpref (algo.top_r=0.5, local_steps=100)", "fedavg+FT", "local"]
+    for ax in panels:
+        ticks = [t.get_text() for t in ax.get_xticklabels()]
+        assert [t.split("\n")[0] for t in ticks] == ["landed", "shaping", "main engine", "side engine"]
+        assert len(ax.get_lines()) == len(front) + 3 * 5  # the front, then a line per client of each seed
+    assert [t.get_text() for t in panels[0].get_legend().get_texts()][:4] == [
+        "campaign front",
+        "seed 0",
+        "seed 1",
+        "seed 2",
+    ]
+
+
 def test_learning_curves_mean_and_std_band():
     curves = pd.DataFrame(
         {
@@ -202,7 +251,7 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
     run = load_run(fedpref_run)
     assert run.similarity_rounds() == [1, 2, 3, 4] and sorted(run.cluster_history()) == [1, 2, 3, 4]
     assert main([str(fedpref_run), "--out", str(tmp_path), "--rounds", "1", "3"]) == 0
-    assert "wrote 12 files for 1 runs" in capsys.readouterr().out
+    assert "wrote 12 files for 1 run to" in capsys.readouterr().out
     stems = [
         "front_deep-sea-treasure_fedpref_groups_seed0",
         "similarity_deep-sea-treasure_fedpref_groups_seed0",
@@ -219,7 +268,7 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
 def test_plot_writes_only_the_kinds_of_figure_asked_for(fedpref_run, tmp_path, capsys):
     out = tmp_path / "some"
     assert main([str(fedpref_run), "--out", str(out), "--formats", "png", "--figures", "learning", "clusters"]) == 0
-    assert "wrote 2 files for 1 runs" in capsys.readouterr().out
+    assert "wrote 2 files for 1 run to" in capsys.readouterr().out
     assert sorted(p.name for p in out.iterdir()) == [
         "clusters_deep-sea-treasure_fedpref_groups_seed0.png",
         "learning_deep-sea-treasure_groups.png",
@@ -257,8 +306,34 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
     assert main([str(stopped), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "partial run: 2 of 4 rounds (no metrics.json yet)" in printed
-    assert "wrote 6 files for 0 runs and 1 partial runs" in printed
+    assert "wrote 6 files for 0 runs and 1 partial run to" in printed
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{s}.{f}" for s in figures for f in ("png", "pdf"))
     (stopped / "rounds.csv").unlink()  # nothing to show before the first round: skipped, said why
     assert main([str(stopped), "--out", str(out)]) == 1
     assert "no metrics.json and no rounds.csv" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_stopped_run_beside_a_finished_one_of_the_same_configuration_overwrites_nothing(
+    fedpref_run, tmp_path, capsys
+):
+    """Both runs have the same label, distribution and seed: each figure name gets its run
+    directory's name, and the count printed is the files on disk."""
+    runs = tmp_path / "runs"
+    finished, stopped = runs / "finished", runs / "stopped"
+    shutil.copytree(fedpref_run, finished)
+    shutil.copytree(fedpref_run, stopped)
+    (stopped / "metrics.json").unlink()
+    lines = (stopped / "rounds.csv").read_text().splitlines()
+    (stopped / "rounds.csv").write_text("\n".join(lines[:3]) + "\n")
+    write_stopped(stopped, StopRecord("SIGINT", 2, 4, "checkpoints/round_2", "..."))
+    out = tmp_path / "figures"
+    assert main([str(runs), "--out", str(out), "--formats", "png"]) == 0
+    printed = capsys.readouterr().out
+    assert "partial run: stopped by SIGINT after 2 of 4 rounds (no metrics.json yet)" in printed
+    files = sorted(p.name for p in out.iterdir())
+    assert f"wrote {len(files)} files for 1 run and 1 partial run" in printed
+    stem = "deep-sea-treasure_fedpref_groups_seed0"
+    for kind in ("clusters", "learning"):
+        assert f"{kind}_{stem}_stopped.png" in files
+    assert f"clusters_{stem}_finished.png" in files and f"front_{stem}_finished.png" in files

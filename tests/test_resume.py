@@ -1,5 +1,5 @@
-"""Checkpoint and resume: a run stopped (Ctrl-C) after round 2 of 4 and resumed gives exactly
-the uninterrupted run; a CLI run killed with SIGKILL resumes from its last complete checkpoint and
+"""Checkpoint and resume: a run stopped by Ctrl-C in round 2 of 4 (at once, keeping round 1's
+checkpoint) and resumed gives exactly the uninterrupted run; a CLI run killed with SIGKILL resumes from its last complete checkpoint and
 completes with the uninterrupted run's results; client states round-trip exactly. A branch
 (``branch_from=RUN_DIR finetune=true``) from a run's checkpoint before its last round gives
 exactly the "+FT" run trained from scratch.
@@ -27,7 +27,7 @@ from morlfed.checkpoint import Checkpointer
 from morlfed.envs import get_spec
 from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
-from morlfed.interrupt import RunInterrupted
+from morlfed.interrupt import RunStopped
 from morlfed.preferences import sample_preferences
 from morlfed.protocol import FitResult, FitTask
 from morlfed.resume import branch_point, resume_argv, sibling_source
@@ -85,19 +85,20 @@ def whole(tmp_path_factory) -> tuple[FederationOutcome, Path]:
     return federation(run_dir, FACTORY).run(), run_dir
 
 
-def test_ctrl_c_after_round_2_then_resume_equals_uninterrupted(whole, tmp_path):
+def test_ctrl_c_in_round_2_stops_at_once_then_resume_equals_uninterrupted(whole, tmp_path):
     whole, whole_dir = whole
     stopped = tmp_path / "stopped"
     fed = federation(stopped, lambda cid: CtrlCInRound(FACTORY(cid), 2) if cid == 1 else FACTORY(cid), every=0)
-    with pytest.raises(RunInterrupted) as info:
+    with pytest.raises(RunStopped) as info:
         fed.run()
-    assert info.value.round == 2 and info.value.path == stopped / "checkpoints" / "round_2"
-    assert [r["round"] for r in rows(stopped)] == ["1", "2"]
+    assert info.value.signal == signal.SIGINT
+    assert [r["round"] for r in rows(stopped)] == ["1"]  # round 2 was abandoned, client 2 never trained in it
+    assert Checkpointer(stopped).latest() == stopped / "checkpoints" / "round_1"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # Ctrl-C works normally again
 
     fed = federation(stopped, FACTORY)  # a fresh process' view: new clients, new strategy
     fed.resume(Checkpointer(stopped).latest())
-    assert fed.start_round == 3
+    assert fed.start_round == 2
     resumed = fed.run()
     assert_same_outcome(resumed, whole)
     for a, b in zip(rows(stopped), rows(whole_dir), strict=True):
@@ -159,8 +160,11 @@ def test_resume_command_line_reuses_the_saved_overrides(tmp_path):
         ValueError, match="only executor, progress, checkpoint_every, branch_siblings may be changed, got seed=5"
     ):
         resume_argv([f"resume={tmp_path}", "seed=5"])
-    with pytest.raises(ValueError, match="not a morlfed run directory"):
+    with pytest.raises(ValueError, match="nothing: no such directory"):  # a mistyped path says so
         resume_argv([f"resume={tmp_path / 'nothing'}"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty: not a morlfed run directory"):
+        resume_argv([f"resume={tmp_path / 'empty'}"])
     with pytest.raises(ValueError, match="to continue elsewhere with another finetune=, use branch_from="):
         resume_argv([f"resume={tmp_path}", "hydra.run.dir=elsewhere"])
 

@@ -69,6 +69,6 @@ def test_missing_torchvision_names_the_extra(tmp_path):
     for f in info.files:
         (tmp_path / info.folder / f).write_bytes(b"")
     with pytest.raises(
-        DatasetUnavailable, match=r"need torchvision, which cannot be imported .* pip install -e \.\[vision\]"
+        DatasetUnavailable, match=r"need torchvision, which cannot be imported .* -m pip install -e '\.\[vision\]'"
     ):
         load_dataset("mnist", tmp_path)

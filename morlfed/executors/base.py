@@ -57,7 +57,7 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
@@ -320,6 +320,9 @@ class Executor(ABC):
     checkpointer); a restarted worker restores its clients from there.
     """
 
+    #: the ``executor=`` option
+    name: ClassVar[str]
+
     def __init__(self, client_timeout: float | None = DEFAULT_CLIENT_TIMEOUT) -> None:
         if client_timeout is not None and (isinstance(client_timeout, bool) or client_timeout < 0):
             raise ValueError(
@@ -342,11 +345,13 @@ class Executor(ABC):
         """The shared initial model and its layout."""
 
     @abstractmethod
-    def fit(self, tasks: dict[int, FitTask]) -> dict[int, FitOutcome]:
+    def fit(self, tasks: dict[int, FitTask], on_result: Callable[[int], None] | None = None) -> dict[int, FitOutcome]:
         """Run every task; a client that fails yields a :class:`ClientFailure` (see the module
         docstring) and is rolled back to its last good state.
 
         :param tasks: the round's tasks by client id
+        :param on_result: called with each client's id as soon as its outcome is back (the
+            progress bar); a host that trains its clients as one batch answers for all at once
         """
 
     @abstractmethod
@@ -371,6 +376,13 @@ class Executor(ABC):
 
         :param directory: a checkpoint's ``clients`` directory
         """
+
+    def describe(self, n_clients: int) -> str:
+        """How this executor runs ``n_clients`` clients, for the run's launch summary.
+
+        :param n_clients: the number of clients
+        """
+        return f"executor={self.name}"
 
     def take_events(self) -> list[str]:
         """Infrastructure events (worker restarts) since the last call, for ``rounds.csv``."""

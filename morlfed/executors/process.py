@@ -7,7 +7,8 @@ A worker streams each fit result back as soon as its host yields it, so the dead
 client: ``client_timeout + kill_grace`` seconds since the worker got its tasks or sent its last
 result; a worker whose host is ``batched`` (an engine's, which answers once its whole share is
 done) gets ``client_timeout x (number of its tasks) + kill_grace`` for the share
-(:mod:`morlfed.executors.remote`). Workers ignore SIGINT and exit when the main process dies.
+(:mod:`morlfed.executors.remote`). Workers ignore SIGINT (stopping is the main process' business)
+and exit when the main process dies; a stop that interrupts their work terminates them.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class ProcessExecutor(_RemoteExecutor):
     :param kill_grace: extra seconds before a worker that does not answer is killed
     """
 
+    name = "process"
     kind = "worker"
 
     def __init__(
@@ -124,10 +126,14 @@ class ProcessExecutor(_RemoteExecutor):
         child.close()
         return proc, parent
 
+    def describe(self, n_clients: int) -> str:
+        return f"executor=process ({min(self.workers or self._default_workers(), n_clients)} worker processes)"
+
     def _launch_all(self) -> None:
-        started = [self._spawn(g) for g in range(len(self.assignment))]
-        self.procs = [p for p, _ in started]
-        self.conns = [c for _, c in started]
+        for g in range(len(self.assignment)):  # one by one: a stop while starting finds every one in procs
+            proc, conn = self._spawn(g)
+            self.procs.append(proc)
+            self.conns.append(conn)
         ready = [self._await_ready(g) for g in range(len(self.assignment))]
         self._initial = [initial for initial, _ in ready]
         self._batched = [batched for _, batched in ready]
@@ -192,6 +198,7 @@ class ProcessExecutor(_RemoteExecutor):
 
     def _call(self, command: str, payloads: Mapping[int, Any]) -> dict[int, Any]:
         """Send a command to some workers and collect their single answers."""
+        self.busy = True
         for g, payload in payloads.items():
             _send(self.conns[g], (command, payload))
         answers = {}
@@ -203,6 +210,7 @@ class ProcessExecutor(_RemoteExecutor):
             if kind == "error":
                 raise RuntimeError(f"worker {g} failed during {command}:\n{payload}")
             answers[g] = payload
+        self.busy = False
         return answers
 
     def evaluate(self, models: Mapping[int, torch.Tensor | None], seeds: Mapping[int, int]) -> dict[int, Evaluation]:
@@ -222,7 +230,9 @@ class ProcessExecutor(_RemoteExecutor):
 
     def close(self) -> None:
         for g, proc in enumerate(self.procs):
-            if proc.is_alive():
+            if proc.is_alive() and self.busy:  # stopped mid-command: it would answer only once done
+                proc.terminate()
+            elif proc.is_alive():
                 with contextlib.suppress(OSError, BrokenPipeError):
                     _send(self.conns[g], ("close", None))
         for proc in self.procs:
@@ -232,4 +242,4 @@ class ProcessExecutor(_RemoteExecutor):
                 proc.join()
         for conn in self.conns:
             conn.close()
-        self.procs, self.conns = [], []
+        self.procs, self.conns, self.busy = [], [], False

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from morlfed.commands import pip_install
 from morlfed.executors.base import (
     DEFAULT_CLIENT_TIMEOUT,
     DEFAULT_KILL_GRACE,
@@ -31,7 +32,7 @@ from morlfed.executors.remote import _pack, _RemoteExecutor, _unpack
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitTask
 
-RAY_MISSING = "executor=ray needs Ray, an optional extra: pip install -e .[ray]"
+RAY_MISSING = f"executor=ray needs Ray, an optional extra: {pip_install('-e', '.[ray]')}"
 
 
 class RayHost:
@@ -96,6 +97,7 @@ class RayExecutor(_RemoteExecutor):
     :param kill_grace: extra seconds before an actor that does not answer is killed
     """
 
+    name = "ray"
     kind = "actor"
 
     def __init__(
@@ -127,6 +129,15 @@ class RayExecutor(_RemoteExecutor):
 
     def _default_workers(self) -> int:
         return max(1, int(self.ray.cluster_resources().get("CPU", 1) // self.cpus_per_actor))
+
+    def describe(self, n_clients: int) -> str:
+        where = f"the cluster at {self.address}" if self.address else "a local Ray instance"
+        actors = (
+            f"{min(self.workers, n_clients)} actors"
+            if self.workers
+            else f"an actor per {self.cpus_per_actor:g} CPUs of the cluster, at most {n_clients}"
+        )
+        return f"executor=ray ({actors} on {where})"
 
     def start(self, factory: ClientFactory, n_clients: int) -> None:
         ray = self.ray

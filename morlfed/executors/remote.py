@@ -58,6 +58,9 @@ class _RemoteExecutor(Executor):
             raise ValueError(f"kill_grace must be a number of seconds >= 0, got {kill_grace!r}")
         self.workers, self.kill_grace = workers, float(kill_grace)
         self.assignment: list[list[int]] = []
+        #: a command (fit, evaluate, ...) went out and not every answer came back: a stop
+        #: interrupted it, the hosts are still at work, and :meth:`close` must not wait for them
+        self.busy = False
 
     def _default_workers(self) -> int:
         return os.cpu_count() or 1
@@ -107,7 +110,8 @@ class _RemoteExecutor(Executor):
         return self.client_timeout * n_tasks + self.kill_grace, f"client_timeout x {n_tasks} tasks + kill_grace"
 
     # fit loop ------------------------------------------------------------------------------
-    def fit(self, tasks: dict[int, FitTask]) -> dict[int, FitOutcome]:
+    def fit(self, tasks: dict[int, FitTask], on_result: Callable[[int], None] | None = None) -> dict[int, FitOutcome]:
+        self.busy = True
         queues = {g: deque(c for c in cids if c in tasks) for g, cids in enumerate(self.assignment)}
         queues = {g: q for g, q in queues.items() if q}
         limits = {g: limit for g, q in queues.items() if (limit := self._deadline(g, len(q))) is not None}
@@ -122,6 +126,8 @@ class _RemoteExecutor(Executor):
             for cid, outcome in arrived:
                 g = self.owner[cid]
                 out[cid] = outcome
+                if on_result is not None:
+                    on_result(cid)
                 queues[g].remove(cid)
                 since[g] = now
                 if not queues[g]:
@@ -131,19 +137,23 @@ class _RemoteExecutor(Executor):
                     seconds, rule = limits[g]
                     dead[g] = f"no answer within {rule} = {seconds:g} s (killed)"
             for g, why in dead.items():
-                if g in queues and not self._streams(g):
-                    batch = list(queues.pop(g))
-                    for cid in batch:
-                        out[cid] = ClientFailure(f"{self.kind} {g} {why} during the batch of clients {batch}")
-                elif g in queues:
-                    culprit, *rest = queues.pop(g)
+                lost = list(queues.pop(g, ()))  # the clients it still owed an answer
+                if lost and not self._streams(g):
+                    for cid in lost:
+                        out[cid] = ClientFailure(f"{self.kind} {g} {why} during the batch of clients {lost}")
+                elif lost:
+                    culprit, *rest = lost
                     out[culprit] = ClientFailure(f"{self.kind} {g} {why} during this fit")
                     for cid in rest:
                         out[cid] = ClientFailure(f"not run: {self.kind} {g} restarted after client {culprit} failed")
+                if on_result is not None:
+                    for cid in lost:
+                        on_result(cid)
                 self._restart(g)
             if dead:  # restarting blocked this loop: do not count that time against the others
                 now = time.monotonic()
                 since = {g: max(t, now) for g, t in since.items()}
+        self.busy = False
         return {cid: out[cid] for cid in tasks}
 
     def _restored_note(self, g: int) -> str:

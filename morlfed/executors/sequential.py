@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -18,14 +18,20 @@ class SequentialExecutor(Executor):
     :param client_timeout: seconds a fit may take (``None``/0: no limit)
     """
 
+    name = "sequential"
+
     def start(self, factory: ClientFactory, n_clients: int) -> None:
         self.host = make_host(factory, range(n_clients), self.client_timeout)
 
     def initial(self) -> tuple[torch.Tensor, ParamLayout]:
         return self.host.initial()
 
-    def fit(self, tasks: dict[int, FitTask]) -> dict[int, FitOutcome]:
-        out = dict(self.host.fit_many(list(tasks.items())))
+    def fit(self, tasks: dict[int, FitTask], on_result: Callable[[int], None] | None = None) -> dict[int, FitOutcome]:
+        out = {}
+        for cid, outcome in self.host.fit_many(list(tasks.items())):
+            out[cid] = outcome
+            if on_result is not None:
+                on_result(cid)
         return {cid: out[cid] for cid in tasks}
 
     def evaluate(self, models: Mapping[int, torch.Tensor | None], seeds: Mapping[int, int]) -> dict[int, Evaluation]:

@@ -72,6 +72,8 @@ class Task(ABC):
     :cvar dist_kind: what a ``dist`` option is for this task ("preference distribution")
     :cvar dist_use: how the task uses it ("draws preferences with")
     :cvar round_metrics: client training metrics whose round mean goes to ``rounds.csv``
+    :cvar budget_unit: what ``local_steps`` counts (``env steps``, ``epochs``), as the progress
+        bar and the launch summary name it
     """
 
     name: ClassVar[str]
@@ -80,6 +82,7 @@ class Task(ABC):
     dist_kind: ClassVar[str] = ""
     dist_use: ClassVar[str] = ""
     round_metrics: ClassVar[tuple[str, ...]] = ()
+    budget_unit: ClassVar[str] = "steps"
 
     @classmethod
     @abstractmethod
@@ -90,6 +93,10 @@ class Task(ABC):
     @abstractmethod
     def describe(self) -> str:
         """What the run trains on, for the run directory's default name (the env or dataset)."""
+
+    def describe_training(self) -> str:
+        """How the clients train, for the run's launch summary (RL: the engine and device)."""
+        return f"task={self.name}"
 
     @abstractmethod
     def write_inputs(self, run_dir: RunDirectory, run: RunInfo) -> None:

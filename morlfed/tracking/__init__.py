@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from morlfed.commands import pip_install
 from morlfed.protocol import FitResult
 
 
@@ -70,7 +71,7 @@ def tracker_class(target: str, option: str) -> type[Tracker]:
     except ImportError as exc:
         raise ImportError(
             f"logger={option} needs the optional package {option!r} ({exc}); "
-            f"install it with: pip install -e '.[{option}]' (or pip install 'morlfed[{option}]')"
+            f"install it with: {pip_install('-e', f'.[{option}]')} (or {pip_install(f'morlfed[{option}]')})"
         ) from exc
     if not (isinstance(cls, type) and issubclass(cls, Tracker)):
         raise ImportError(f"logger={option}: {target} is not a morlfed.tracking.Tracker")

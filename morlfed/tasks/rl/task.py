@@ -68,6 +68,7 @@ class RLTask(Task):
     dists = tuple(DISTRIBUTIONS)
     dist_kind = "preference distribution"
     dist_use = "draws preferences with"
+    budget_unit = "env steps"
 
     def __init__(
         self, spec: EnvSpec, preferences: np.ndarray, engine: str = "sb3", device: str = "cpu", precision: str = "fp32"
@@ -107,6 +108,9 @@ class RLTask(Task):
 
     def describe(self) -> str:
         return self.spec.name
+
+    def describe_training(self) -> str:
+        return f"engine={self.engine}, device={self.device}"
 
     def check_fault_injection(self) -> None:
         """Faults are injected into SB3 clients only: the vectorised engine's hosts train a

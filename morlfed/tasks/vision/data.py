@@ -27,6 +27,8 @@ from types import ModuleType
 import numpy as np
 import torch
 
+from morlfed.commands import pip_install
+
 
 class DatasetUnavailable(ValueError):
     """A dataset that cannot be loaded; the message says what is missing and how to get it."""
@@ -187,5 +189,5 @@ def import_torchvision() -> ModuleType:
     except Exception as exc:  # ImportError, or a torchvision built for another torch
         raise DatasetUnavailable(
             f"MNIST, Fashion-MNIST and CIFAR need torchvision, which cannot be imported ({exc}); "
-            "install the optional extra: pip install -e .[vision] (data=digits needs nothing extra)"
+            f"install the optional extra: {pip_install('-e', '.[vision]')} (data=digits needs nothing extra)"
         ) from exc

@@ -29,6 +29,7 @@ class VisionTask(Task):
     dist_kind = "data partition"
     dist_use = "partitions data with"
     round_metrics = ("train_loss",)
+    budget_unit = "epochs"
 
     def __init__(self, setup: VisionSetup) -> None:
         self.setup = setup

@@ -1,0 +1,347 @@
+"""The command line, checked before hydra composes it: one ``morlfed: error:`` line, exit status 2,
+nothing written.
+
+Left to hydra, an unknown key is a multi-line trace (``evn=...``) or, with ``+``, a key that
+nothing reads (``+evn=...`` runs the default environment, ``+n_client=5`` is ignored); a value is
+taken as whatever it parses to (``finetune=maybe``); and the output directory is created, and
+hydra's files written into it, even when it holds another run. :func:`precheck_argv` refuses, first:
+
+* an unknown option of a config group, or a group of another task than the selected one;
+* an override of a key that the configuration composed with the command line's groups does not
+  have, with or without ``+`` (:func:`check_overrides`), with the closest valid keys suggested;
+  ``+`` adds keys only below :data:`OPEN_NODES`, whose keys are passed on as they are;
+* a top-level setting's value of the wrong type or range (:mod:`morlfed.settings`), every value of
+  a sweep;
+* an output directory that cannot be created, or a ``hydra.run.dir`` that holds another run or
+  other files (:func:`check_new_run_dir`): a run never writes into another's directory.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tempfile
+from collections.abc import Collection, Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, ValueType
+from hydra.errors import HydraException
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from morlfed.commands import python
+from morlfed.resume import resume_command
+from morlfed.runstatus import describe_run_dir
+from morlfed.settings import ConfigError, check_setting
+from morlfed.tasks.base import Task
+
+CONF_DIR = Path(__file__).parent / "conf"
+#: The config groups on morlfed's search path (``env`` lives in envs/conf/env, the others in conf/).
+GROUPS = ("algo", "data", "dist", "engine", "env", "executor", "experiment", "logger", "model", "task", "variant")
+#: The groups a command line adds with ``+`` (``+experiment=NAME``); the others are chosen by default.
+ADDED_GROUPS = ("experiment", "variant")
+#: Nodes whose keys are keyword arguments passed on as they are (to stable-baselines3, to the
+#: environment's constructor): ``+`` may add keys below them.
+OPEN_NODES = ("env.agent_kwargs", "env.env_kwargs")
+#: Flags with which hydra shows something and runs nothing.
+SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+
+
+@cache
+def task_class(name: str) -> type[Task]:
+    """The class of task ``name``, named by ``_target_`` in ``conf/task/<name>.yaml``."""
+    node = OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")
+    return get_class(node.task._target_ if "task" in node else node._target_)
+
+
+def default_task() -> str:
+    """The ``task`` option of ``conf/config.yaml``'s defaults list."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
+    return next(d["task"] for d in defaults if isinstance(d, dict) and "task" in d)  # type: ignore[union-attr]
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (one of :data:`GROUPS`) on morlfed's search path."""
+    from morlfed.envs import ENV_CONF_DIR
+
+    folder = ENV_CONF_DIR if group == "env" else CONF_DIR / group
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def top_level_keys() -> set[str]:
+    """Every key a run's ``config.yaml`` may hold at its top: ``conf/config.yaml``'s settings, the
+    config groups, and what a task adds (vision: ``data``, ``model``)."""
+    keys = set(OmegaConf.load(CONF_DIR / "config.yaml")) - {"defaults", "hydra"}
+    return keys | (set(GROUPS) - set(ADDED_GROUPS))
+
+
+def help_groups() -> str:
+    """The ``--help`` list of config groups, one ``group: options`` line each (hydra's own list
+    misses ``env``, whose configs come in through the search path)."""
+    return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in GROUPS)
+
+
+def parse(argv: list[str]) -> list[Override]:
+    """The hydra overrides of a command line (its ``-m``, ``--cfg job`` and other flags left out).
+
+    :param argv: the command line's arguments
+    """
+    words = [a for a in argv if "=" in a and not a.startswith("-")]
+    try:
+        return OverridesParser.create().parse_overrides(words)
+    except HydraException as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ConfigError(f"cannot read the command line: {first}") from exc
+
+
+def _values(override: Override) -> list[Any]:
+    """An override's values: each of a sweep (choices, a range), else its one value; none for a
+    deletion or a sweep hydra alone can expand (glob, interval)."""
+    if override.value_type in (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP):
+        return list(override.sweep_iterator())
+    if override.value_type == ValueType.ELEMENT:
+        return [override.value()]
+    return []
+
+
+def _line(override: Override) -> str:
+    """The override as the command line wrote it."""
+    return override.input_line or override.key_or_group
+
+
+def _group(override: Override) -> str | None:
+    return override.key_or_group if override.key_or_group in GROUPS and override.package is None else None
+
+
+def _check_groups(overrides: list[Override]) -> None:
+    """Known options, ``+`` where (and only where) a group needs it, groups of the selected task."""
+    chosen = [o for o in overrides if o.key_or_group == "task" and not o.is_delete()]
+    selected = str(_values(chosen[-1])[0]) if chosen and _values(chosen[-1]) else default_task()
+    if selected not in group_options("task"):
+        selected = default_task()
+    for override in overrides:
+        group, line = _group(override), _line(override)
+        if group is None:
+            owners = [t for t in group_options("task") if override.key_or_group.split(".")[0] in task_class(t).groups]
+        else:
+            valid = group_options(group)
+            for option in _values(override):
+                if option is not None and str(option) not in valid:
+                    raise ConfigError(f"unknown {group} {str(option)!r}; valid: {', '.join(valid)}")
+            if group in ADDED_GROUPS and not override.is_add():
+                raise ConfigError(f"{line}: {group} is added to the configuration: write +{line}")
+            if group not in ADDED_GROUPS and override.is_add():
+                raise ConfigError(f"{line}: {group}= is chosen by default: write {line.lstrip('+')}")
+            owners = [t for t in group_options("task") if group in task_class(t).groups]
+        if owners and selected not in owners and not override.is_delete():
+            owner, key = owners[0], override.key_or_group.split(".")[0]
+            raise ConfigError(
+                f"{key}= is a setting of task={owner}; task={selected} takes "
+                f"{', '.join(g + '=' for g in task_class(selected).groups)} (or add task={owner}: task={owner} {line})"
+            )
+
+
+def _composed(overrides: list[Override]) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
+    """The configurations the command line's groups compose (unresolved, as plain containers) with
+    their group choices: one with every group at its first option, and one more for each further
+    option of a swept group."""
+    groups = [o for o in overrides if _group(o) is not None]
+    fixed = [_line(o) for o in groups if not o.is_sweep_override()]
+    swept = [(o, [str(v) for v in _values(o)]) for o in groups if o.is_sweep_override()]
+    prefix = {id(o): "+" if o.is_add() else "" for o, _ in swept}
+    first = [f"{prefix[id(o)]}{o.key_or_group}={options[0]}" for o, options in swept if options]
+    variants = [fixed + first]
+    for k, (override, options) in enumerate(swept):
+        for option in options[1:]:
+            others = [line for j, line in enumerate(first) if j != k]
+            variants.append([*fixed, *others, f"{prefix[id(override)]}{override.key_or_group}={option}"])
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        for lines in variants:
+            try:
+                cfg = compose("config", overrides=lines, return_hydra_config=True)
+            except HydraException as exc:
+                raise ConfigError(str(exc).strip().splitlines()[0]) from exc
+            choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items()}
+            tree = OmegaConf.to_container(cfg, resolve=False)
+            assert isinstance(tree, dict), "a composed configuration is a mapping"
+            tree.pop("hydra")
+            yield {str(k): v for k, v in tree.items()}, choices
+
+
+def _has(tree: Any, key: str) -> bool:
+    for part in key.split("."):
+        if isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        elif isinstance(tree, list) and part.isdigit() and int(part) < len(tree):
+            tree = tree[int(part)]
+        else:
+            return False
+    return True
+
+
+def _keys(tree: Any, prefix: str = "") -> Iterator[str]:
+    """Every dotted key of a configuration tree."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield f"{prefix}{key}"
+            yield from _keys(value, f"{prefix}{key}.")
+
+
+def closest(word: str, candidates: Collection[str]) -> list[str]:
+    """The candidates most like ``word`` (difflib's ratio at least 0.6, and within 0.05 of the
+    best), best first; keys of the code (``_target_``) are not offered.
+
+    :param word: the unknown word
+    :param candidates: the valid words
+    """
+    scores = {c: difflib.SequenceMatcher(None, word, c).ratio() for c in set(candidates) if "_target_" not in c}
+    best = max(scores.values(), default=0.0)
+    return sorted((c for c, r in scores.items() if r >= max(0.6, best - 0.05)), key=lambda c: -scores[c])[:3]
+
+
+def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, str]) -> ConfigError:
+    """The error for an override of ``key``, which ``tree`` (composed with ``choices``) lacks."""
+    head, _, rest = key.partition(".")
+    message = f"unknown key {key} (in {line})"
+    if head in choices and rest and isinstance(tree.get(head), dict):
+        here = f"{head}={choices[head]}"
+        settings = [k for k in tree[head] if k != "_target_"]  # _target_ names the code, not a setting
+        message += f": {here} has {', '.join(settings) or 'no settings'}"
+        owners = [
+            f"{head}={option}"
+            for option in group_options(head)
+            if option != choices[head] and _has(OmegaConf.to_container(_option_node(head, option)), rest)
+        ]
+        if owners:
+            return ConfigError(f"{message}; {rest} is a setting of {' and '.join(owners)}")
+    close = closest(key, [*_keys(tree), *GROUPS])
+    if close:
+        message += f"; did you mean {' or '.join(close)}?"
+    elif not rest:
+        message += f"; the keys are {', '.join(sorted(top_level_keys()))} ({python('-m', 'morlfed.run', '--help')})"
+    return ConfigError(message)
+
+
+@cache
+def _option_node(group: str, option: str) -> Any:
+    from morlfed.envs import ENV_CONF_DIR
+
+    return OmegaConf.load((ENV_CONF_DIR if group == "env" else CONF_DIR / group) / f"{option}.yaml")
+
+
+def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str]) -> None:
+    """The key of a value override exists in ``tree``; ``+`` adds one only below :data:`OPEN_NODES`."""
+    key, line = override.key_or_group, _line(override)
+    exists = _has(tree, key)
+    open_node = any(key.startswith(f"{node}.") for node in OPEN_NODES)
+    if override.is_add() and exists:
+        raise ConfigError(f"{line} adds a key, but {key} exists: write {line.lstrip('+')}")
+    if override.is_add() and open_node:
+        return
+    if not exists and open_node and not override.is_force_add():
+        raise ConfigError(f"{key} is not set by default: add it with +{line}")
+    if not exists and not override.is_force_add():
+        raise _unknown_key(key, line, tree, choices)
+
+
+def check_overrides(argv: list[str]) -> None:
+    """Raise :class:`~morlfed.settings.ConfigError` unless every override of the command line
+    names a config group option, or a key of the configuration they compose, with a value of the
+    right type (see the module docstring). The output directory is not checked.
+
+    :param argv: the command line's arguments (hydra overrides and flags)
+    """
+    overrides = parse(argv)
+    sweeps = [_line(o) for o in overrides if o.is_sweep_override()]
+    if sweeps and not {"-m", "--multirun"} & set(argv):
+        raise ConfigError(f"{sweeps[0]} is a sweep: add -m (--multirun) to run one job per value")
+    _check_overrides(overrides)
+
+
+def _check_overrides(overrides: list[Override]) -> None:
+    _check_groups(overrides)
+    settings = [o for o in overrides if _group(o) is None and not o.is_hydra_override()]
+    for override in settings:
+        for value in _values(override):
+            if not (isinstance(value, str) and "${" in value):  # an interpolation resolves later
+                try:
+                    check_setting(override.key_or_group, value)
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from exc
+    if settings:
+        for tree, choices in _composed(overrides):
+            for override in settings:
+                _check_key(override, tree, choices)
+
+
+def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> None:
+    """Raise :class:`~morlfed.settings.ConfigError` when the directory ``path`` holds a run or
+    other files: a run never writes into another run's directory. The message says what is there
+    and what to do: continue an unfinished run (``resume=``), or give a new directory.
+
+    :param path: the run directory to be
+    :param key: how the command line names it (``hydra.run.dir``)
+    :param ignore: entries to overlook (hydra's own, already written for this run)
+    """
+    held = describe_run_dir(path, ignore)
+    if held is None:
+        return
+    what = f"{key}={path} already holds {held}"
+    if held.startswith("a finished run"):
+        todo = f"give a new {key}, or leave it out (every run gets a directory of its own)"
+    elif held.startswith("files"):
+        todo = f"give a new or empty directory as {key}"
+    else:
+        todo = f"continue it with `{resume_command(path)}`, or give a new {key}"
+    raise ConfigError(f"{what}; a run never writes into another's directory: {todo}")
+
+
+def precheck_argv(argv: list[str]) -> None:
+    """Check a command line before hydra composes it (see the module docstring); raises
+    :class:`~morlfed.settings.ConfigError` saying what is wrong and what is allowed.
+
+    :param argv: the command line's arguments (after ``resume=``/``branch_from=`` expansion)
+    """
+    check_overrides(argv)
+    overrides = parse(argv)
+    multirun = bool({"-m", "--multirun"} & set(argv))
+    dirs = {o.key_or_group: str(o.value()) for o in overrides if o.key_or_group in ("hydra.run.dir", "hydra.sweep.dir")}
+    for key, value in dirs.items():
+        check_creatable(Path(value), f"{key}={value}")
+    key, default = ("hydra.sweep.dir", "multirun") if multirun else ("hydra.run.dir", "runs")
+    if key not in dirs:  # the default: runs/... or multirun/... here
+        check_creatable(Path.cwd() / default, f"the default {key} {Path.cwd() / default}/...", f"; set {key}=...")
+    resuming = any(o.key_or_group == "resume" for o in overrides)
+    runs = not any(a.split("=")[0] in SHOW_FLAGS for a in argv)
+    if runs and not multirun and not resuming and "hydra.run.dir" in dirs:
+        check_new_run_dir(Path(dirs["hydra.run.dir"]), "hydra.run.dir")
+
+
+def check_creatable(path: Path, what: str = "", hint: str = "") -> None:
+    """Raise :class:`~morlfed.settings.ConfigError` unless directories can be made at ``path``: a
+    probe directory is created in its nearest existing ancestor and removed again (``os.access``
+    cannot tell: it says yes to root everywhere, also on /proc and /sys, where nothing can be created).
+
+    :param path: the directory to be created (or an existing one to write into)
+    :param what: how the message names it (default: ``output directory PATH``)
+    :param hint: appended to the message (what to do instead)
+    """
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(f"{existing} is a file")
+        os.rmdir(tempfile.mkdtemp(prefix=".morlfed-probe-", dir=existing))
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise ConfigError(
+            f"{what or f'output directory {path}'} cannot be created: {existing} is not a writable directory ({why}){hint}"
+        ) from exc

@@ -1,0 +1,102 @@
+"""What a run tells the person who started it while it goes: its progress bar and time estimate.
+
+:class:`RoundProgress` is the run's tqdm bar. It counts the budget (env steps, or epochs for
+vision) and advances as each client's fit comes back, so a long round visibly moves; its label
+says the rounds done (``4/20 rounds``), also for a resumed run, which starts at its rounds done.
+After the first round of this process it prints, once, an estimate of the time all its rounds take
+(also in ``run.log``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from types import TracebackType
+
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 run``, ``2 runs``: a count with its noun in the right number.
+
+    :param n: the count
+    :param noun: the noun in the singular
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def duration(seconds: float) -> str:
+    """A duration for people: ``2.5 s``, ``42 s``, ``7 min``, ``1.3 h``.
+
+    :param seconds: the duration in seconds
+    """
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class RoundProgress:
+    """The progress bar of a run's rounds (a context manager that closes it).
+
+    :param budgets: each round's budget (participants x local steps), rounds 1..R
+    :param start_round: the first round this process runs (a resumed run: the one after its checkpoint)
+    :param unit: what the budget counts (``env steps``, ``epochs``)
+    :param enabled: show the bar (``progress=``); the estimate is printed either way
+    """
+
+    def __init__(self, budgets: list[int], start_round: int, unit: str, enabled: bool = True) -> None:
+        self.budgets, self.start_round, self.unit = budgets, start_round, unit
+        self.rounds = len(budgets)
+        done = start_round - 1
+        self.bar = tqdm(
+            total=sum(budgets),
+            initial=sum(budgets[:done]),
+            desc=self._label(done),
+            unit=f" {unit}",
+            unit_scale=True,
+            disable=not enabled,
+            file=sys.stderr,
+        )
+        self._started = time.perf_counter()
+
+    def _label(self, done: int) -> str:
+        return f"{done}/{self.rounds} rounds"
+
+    def advance(self, amount: int) -> None:
+        """A client's fit came back: move the bar by its budget.
+
+        :param amount: the fit's local budget
+        """
+        self.bar.update(amount)
+
+    def round_done(self, rnd: int, **postfix: str) -> None:
+        """Round ``rnd`` is complete: relabel the bar, show ``postfix`` beside it, and after the
+        first round of this process print the estimate of the time the rest takes.
+
+        :param rnd: the round
+        :param postfix: short facts about the round (training reward, failed clients)
+        """
+        self.bar.set_description_str(self._label(rnd), refresh=False)
+        self.bar.set_postfix(postfix)
+        if rnd == self.start_round and rnd < self.rounds:
+            seconds = time.perf_counter() - self._started
+            rest = sum(self.budgets[rnd:]) / max(1, self.budgets[rnd - 1]) * seconds
+            line = (
+                f"round {rnd}/{self.rounds} took {duration(seconds)}; estimated time of rounds "
+                f"{rnd}-{self.rounds}: about {duration(seconds + rest)} ({duration(rest)} more)"
+            )
+            log.info(line)
+            self.bar.write(f"morlfed: {line}", file=sys.stderr)
+
+    def __enter__(self) -> RoundProgress:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.bar.close()

@@ -1,0 +1,68 @@
+"""What a run tells its user while it goes: within seconds of launch its directory, budget,
+engine, executor, threads and cores; after its first round an estimate of the time; a progress
+bar that counts env steps and moves as each client's fit comes back, starting at the rounds done
+when the run is resumed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from test_executors import CountingClient
+
+from morlfed.executors import ProcessExecutor, SequentialExecutor
+from morlfed.progress import RoundProgress, duration
+from morlfed.protocol import FitTask
+
+
+def test_a_resumed_bar_starts_at_the_rounds_done_and_moves_within_a_round(capsys):
+    with RoundProgress([300] * 20, start_round=5, unit="env steps") as progress:
+        assert (progress.bar.n, progress.bar.total) == (4 * 300, 20 * 300)
+        progress.advance(100)  # one client's fit of round 5
+        assert progress.bar.n == 4 * 300 + 100
+        progress.advance(200)
+        progress.round_done(5, train_reward="1.5")
+        progress.round_done(6)
+    err = capsys.readouterr().err
+    assert "4/20 rounds" in err and "5/20 rounds" in err and "6/20 rounds" in err and "0/20" not in err
+    assert "morlfed: round 5/20 took " in err and "estimated time of rounds 5-20: about " in err
+    assert err.count("estimated time") == 1  # once, after the first round this process ran
+
+
+def test_durations_read_as_people_say_them():
+    assert [duration(s) for s in (2.46, 42, 420, 4680, 9000)] == ["2.5 s", "42 s", "7 min", "78 min", "2.5 h"]
+
+
+@pytest.mark.slow
+def test_every_executor_reports_each_client_as_soon_as_its_fit_is_back():
+    sequential = SequentialExecutor()
+    sequential.start(CountingClient, 4)
+    tasks = {cid: FitTask(params=torch.zeros(3), round=1) for cid in range(4)}
+    fitted_so_far = []
+    sequential.fit(tasks, lambda cid: fitted_so_far.append(sum(c.fits for c in sequential.host.clients.values())))
+    assert fitted_so_far == [1, 2, 3, 4]  # called during the round, one client at a time
+
+    workers = ProcessExecutor(workers=2)
+    workers.start(CountingClient, 4)
+    try:
+        seen: list[int] = []
+        assert set(workers.fit(tasks, seen.append)) == set(range(4))
+        assert sorted(seen) == [0, 1, 2, 3]
+    finally:
+        workers.close()
+
+
+def test_the_launch_summary_says_where_what_and_how_long(tmp_path: Path, morlfed_cli):
+    out = tmp_path / "run"
+    done = morlfed_cli(["n_clients=3", "rounds=3", "local_steps=300", "progress=false", f"hydra.run.dir={out}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.startswith("morlfed: ")]
+    assert lines[:3] == [
+        f"morlfed: run directory {out}",
+        "morlfed: deep-sea-treasure/fedpref/equidistant/seed0: 3 rounds x 3 clients x 300 env steps = 2,700 env steps",
+        f"morlfed: engine=vectorised, device=cpu; executor=sequential; torch_threads=1; {lines[2].split('; ')[-1]}",
+    ]
+    assert lines[2].endswith(" cores")
+    assert lines[3].startswith("morlfed: round 1/3 took ") and "estimated time of rounds 1-3: about " in lines[3]
+    assert "estimated time of rounds 1-3" in (out / "run.log").read_text()
