@@ -19,9 +19,12 @@ REFUSED = [
     (["nclients=5"], "did you mean n_clients?"),
     (
         ["algo.topr=0.5"],
-        "algo=fedpref has top_r, s_min, eps, patience, clustering, weighting; did you mean algo.top_r?",
+        "algo=fedpref has top_r, s_min, eps, patience, eps_mode, clustering, weighting; did you mean algo.top_r?",
     ),
-    (["executor.workers=2"], "executor=sequential has name, client_timeout; workers is a setting of executor=process"),
+    (
+        ["executor=sequential", "executor.workers=2"],
+        "executor=sequential has name, client_timeout; workers is a setting of executor=auto and executor=process",
+    ),
     (["dist.alpha=0.5"], "dist=equidistant has name; alpha is a setting of dist=dirichlet"),
     (
         ["-m", "algo=fedavg,fedfew", "algo.n_models=2"],
