@@ -80,8 +80,8 @@ class EnvSpec:
         rounds: default number of federated rounds.
         local_steps: default environment steps of local training per round.
         engine: the engine ``engine=auto`` (the default) trains this env's clients with:
-            ``vectorised`` where its agreement with ``sb3`` has been measured
-            (docs/results/engine-agreement), ``sb3`` elsewhere.
+            ``vectorised`` where its paired equivalence study with ``sb3`` allows it
+            (docs/results/engine-agreement; docs/engines.md, Validation), ``sb3`` elsewhere.
         seeds_global_numpy: the env draws from numpy's *global* RNG internally; the factory
             isolates and seeds that RNG per env (see :mod:`envs.factory`).
         ref_point_undiscounted: the reference point of the undiscounted returns, where their
