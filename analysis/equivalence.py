@@ -82,9 +82,9 @@ def paired_equivalence(reference: np.ndarray, candidate: np.ndarray, margin: flo
     diff = candidate - reference
     mean, se = float(diff.mean()), float(diff.std(ddof=1) / np.sqrt(n))
     dof = n - 1
-    if se == 0:
-        # every pair differs by the same amount: the interval is that point, but a point from n
-        # equal differences is no evidence of a spread of 0; the t interval is undefined, so say so
+    if np.allclose(diff, diff[0], rtol=1e-9, atol=1e-12):
+        # every pair differs by the same amount (up to float rounding): the t interval shrinks to
+        # that point, but n equal differences are no evidence of a spread of 0, so say nothing
         return Equivalence(n, mean, mean, mean, margin, float("nan"), "inconclusive")
     half = float(stats.t.ppf(1 - alpha, dof)) * se
     low, high = mean - half, mean + half
