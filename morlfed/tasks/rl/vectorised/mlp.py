@@ -38,9 +38,14 @@ ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.Tanh)
 _ALIGN = 16
 
 
+def _align(dtype: torch.dtype) -> int:
+    """Elements of ``dtype`` in 64 bytes (16 float32, 32 bfloat16)."""
+    return 4 * _ALIGN // dtype.itemsize
+
+
 def _padded(width: int, dtype: torch.dtype = torch.float32) -> int:
     """``width`` rounded up to a whole number of 64-byte blocks of ``dtype``."""
-    align = 4 * _ALIGN // dtype.itemsize
+    align = _align(dtype)
     return -(-width // align) * align
 
 
@@ -73,15 +78,14 @@ def select_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
 
 def _aligned_empty(k: int, n: int, m: int, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """An uninitialised ``[k, n, m]`` tensor whose ``[n, m]`` blocks start on 64-byte boundaries."""
-    if (n * m) % (4 * _ALIGN // dtype.itemsize) == 0:
+    if (n * m) % _align(dtype) == 0:
         return torch.empty(k, n, m, device=device, dtype=dtype)
     return torch.empty(k, _padded(n * m, dtype), device=device, dtype=dtype)[:, : n * m].view(k, n, m)
 
 
 def _is_aligned(t: torch.Tensor) -> bool:
     """Whether every client's ``[n, m]`` block of ``t`` starts on a 64-byte boundary."""
-    align = 4 * _ALIGN // t.dtype.itemsize
-    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % align == 0)
+    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % _align(t.dtype) == 0)
 
 
 def _uniform(t: torch.Tensor) -> torch.Tensor:
