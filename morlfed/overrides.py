@@ -13,7 +13,9 @@ hydra's files written into it, even when it holds another run. :func:`precheck_a
 * a top-level setting's value of the wrong type or range (:mod:`morlfed.settings`), every value of
   a sweep;
 * an output directory that cannot be created, or a ``hydra.run.dir`` that holds another run or
-  other files (:func:`check_new_run_dir`): a run never writes into another's directory.
+  other files (:func:`check_new_run_dir`): a run never writes into another's directory; nor does a
+  sweep write into another sweep's folder (:func:`check_new_sweep_dir`: hydra would rewrite its
+  ``multirun.yaml`` before any job could refuse to start).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
 from hydra.utils import get_class
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from morlfed.commands import python
 from morlfed.resume import resume_command
@@ -303,6 +306,46 @@ def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> Non
     raise ConfigError(f"{what}; a run never writes into another's directory: {todo}")
 
 
+def sweep_dir(overrides: list[Override]) -> Path | None:
+    """The folder a sweep of these overrides writes into (``hydra.sweep.dir``, an experiment's or
+    the default), or ``None`` when it cannot be known before hydra runs (it names the time, or a
+    value only hydra's run sets).
+
+    :param overrides: the command line's parsed overrides
+    """
+    lines = [_line(o) for o in overrides if not o.is_sweep_override()]
+    lines += [
+        f"{'+' if o.is_add() else ''}{o.key_or_group}={_values(o)[0]}" for o in overrides if o.is_sweep_override()
+    ]
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=lines, return_hydra_config=True)
+    node = cfg.hydra.sweep
+    raw = OmegaConf.to_container(node, resolve=False)
+    assert isinstance(raw, dict), "hydra.sweep is a mapping"
+    if "${now:" in str(raw["dir"]):
+        return None  # a new folder at every launch
+    try:
+        return Path(str(node.dir))
+    except OmegaConfBaseException:  # an interpolation that only hydra's run can resolve
+        return None
+
+
+def check_new_sweep_dir(path: Path) -> None:
+    """Raise :class:`~morlfed.settings.ConfigError` when the sweep folder ``path`` holds an earlier
+    sweep (its ``multirun.yaml``): hydra rewrites that file before the first job starts.
+
+    :param path: the sweep folder to be
+    """
+    if (path / "multirun.yaml").is_file():
+        raise ConfigError(
+            f"hydra.sweep.dir={path} already holds a sweep (multirun.yaml); a sweep never writes into "
+            f"another's folder: give a new hydra.sweep.dir (a stopped job continues with "
+            f"`{python()} -m morlfed.run resume=JOB_DIR`)"
+        )
+
+
 def precheck_argv(argv: list[str]) -> None:
     """Check a command line before hydra composes it (see the module docstring); raises
     :class:`~morlfed.settings.ConfigError` saying what is wrong and what is allowed.
@@ -322,6 +365,10 @@ def precheck_argv(argv: list[str]) -> None:
     runs = not any(a.split("=")[0] in SHOW_FLAGS for a in argv)
     if runs and not multirun and not resuming and "hydra.run.dir" in dirs:
         check_new_run_dir(Path(dirs["hydra.run.dir"]), "hydra.run.dir")
+    if runs and multirun:
+        folder = sweep_dir(overrides)
+        if folder is not None:
+            check_new_sweep_dir(folder)
 
 
 def check_creatable(path: Path, what: str = "", hint: str = "") -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from types import TracebackType
 
 from tqdm.auto import tqdm
@@ -42,6 +43,36 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+#: How many reports a batch of clients sends while it trains (:class:`StepReporter`).
+REPORTS_PER_BATCH = 20
+
+
+class StepReporter:
+    """Counts the env steps a batch of clients takes while it trains and passes them on in chunks
+    of ``every`` steps (a chunk's size is fixed by the batch's budget, not by the clock, so the
+    same batch always sends the same reports).
+
+    :param sink: called with the steps taken since its last call
+    :param budget: the batch's env steps, all its clients together
+    :param reports: about how many calls of ``sink`` the batch's budget makes
+    """
+
+    def __init__(self, sink: Callable[[int], None], budget: int, reports: int = REPORTS_PER_BATCH) -> None:
+        self.sink = sink
+        self.every = max(1, budget // max(1, reports))
+        self.pending = 0
+
+    def __call__(self, steps: int) -> None:
+        """``steps`` more env steps were taken.
+
+        :param steps: env steps taken since the last call, all clients of the batch together
+        """
+        self.pending += steps
+        if self.pending >= self.every:
+            self.sink(self.pending)
+            self.pending = 0
+
+
 class RoundProgress:
     """The progress bar of a run's rounds (a context manager that closes it).
 
@@ -65,16 +96,34 @@ class RoundProgress:
             file=sys.stderr,
         )
         self._started = time.perf_counter()
+        #: env steps of the running round that :meth:`steps` showed before their clients came back
+        self._provisional = 0
+        #: the running round's budget not yet shown
+        self._left = budgets[done] if done < self.rounds else 0
 
     def _label(self, done: int) -> str:
         return f"{done}/{self.rounds} rounds"
 
+    def steps(self, amount: int) -> None:
+        """A batch still training reported ``amount`` more env steps: move the bar by them (never
+        past the round's budget); the clients' results, when they come, move it only by the rest.
+
+        :param amount: env steps taken since the batch's last report
+        """
+        amount = max(0, min(amount, self._left - self._provisional))
+        self._provisional += amount
+        self.bar.update(amount)
+
     def advance(self, amount: int) -> None:
-        """A client's fit came back: move the bar by its budget.
+        """A client's fit came back: move the bar by its budget, less the steps already shown for
+        it by :meth:`steps`.
 
         :param amount: the fit's local budget
         """
-        self.bar.update(amount)
+        shown = min(self._provisional, amount)
+        self._provisional -= shown
+        self._left -= amount
+        self.bar.update(amount - shown)
 
     def round_done(self, rnd: int, **postfix: str) -> None:
         """Round ``rnd`` is complete: relabel the bar, show ``postfix`` beside it, and after the
@@ -83,6 +132,8 @@ class RoundProgress:
         :param rnd: the round
         :param postfix: short facts about the round (training reward, failed clients)
         """
+        self._provisional = 0
+        self._left = self.budgets[rnd] if rnd < self.rounds else 0
         self.bar.set_description_str(self._label(rnd), refresh=False)
         self.bar.set_postfix(postfix)
         if rnd == self.start_round and rnd < self.rounds:

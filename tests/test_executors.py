@@ -28,6 +28,7 @@ from morlfed.executors import (
     ProcessExecutor,
     RayExecutor,
     SequentialExecutor,
+    StepSink,
     make_executor,
     make_host,
 )
@@ -188,9 +189,11 @@ class RecordingHost(ClientHost):
         with open(self.log, "a") as fh:
             fh.write(json.dumps({"op": op, "cids": cids, "pid": os.getpid()}) + "\n")
 
-    def fit_many(self, tasks: Sequence[tuple[int, FitTask]]) -> Iterator[tuple[int, FitOutcome]]:
+    def fit_many(
+        self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
+    ) -> Iterator[tuple[int, FitOutcome]]:
         self._record("fit", [cid for cid, _ in tasks])
-        yield from super().fit_many(tasks)
+        yield from super().fit_many(tasks, on_steps)
 
     def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
         self._record("evaluate", [cid for cid, _, _ in requests])
@@ -347,8 +350,10 @@ def test_hosts_are_the_factorys_own_or_per_client(tmp_path):
 class SlowBatchHost(ClientHost):
     """The default host, but it answers only once its whole batch is done, 0.7 s per client."""
 
-    def fit_many(self, tasks: Sequence[tuple[int, FitTask]]) -> Iterator[tuple[int, FitOutcome]]:
-        outcomes = list(super().fit_many(tasks))
+    def fit_many(
+        self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
+    ) -> Iterator[tuple[int, FitOutcome]]:
+        outcomes = list(super().fit_many(tasks, on_steps))
         time.sleep(0.7 * len(tasks))
         yield from outcomes
 

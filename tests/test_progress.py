@@ -1,19 +1,22 @@
 """What a run tells its user while it goes: within seconds of launch its directory, budget,
 engine, executor, threads and cores; after its first round an estimate of the time; a progress
-bar that counts env steps and moves as each client's fit comes back, starting at the rounds done
-when the run is resumed."""
+bar that counts env steps and moves as each client's fit comes back, and while an engine's batch
+of clients still trains, starting at the rounds done when the run is resumed."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from test_executors import CountingClient
 
-from morlfed.executors import ProcessExecutor, SequentialExecutor
-from morlfed.progress import RoundProgress, duration
-from morlfed.protocol import FitTask
+from morlfed import envs
+from morlfed.executors import Executor, ProcessExecutor, SequentialExecutor
+from morlfed.progress import RoundProgress, StepReporter, duration
+from morlfed.protocol import FitResult, FitTask
+from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
 
 def test_a_resumed_bar_starts_at_the_rounds_done_and_moves_within_a_round(capsys):
@@ -28,6 +31,68 @@ def test_a_resumed_bar_starts_at_the_rounds_done_and_moves_within_a_round(capsys
     assert "4/20 rounds" in err and "5/20 rounds" in err and "6/20 rounds" in err and "0/20" not in err
     assert "morlfed: round 5/20 took " in err and "estimated time of rounds 5-20: about " in err
     assert err.count("estimated time") == 1  # once, after the first round this process ran
+
+
+def test_steps_reported_during_a_round_are_not_counted_twice():
+    with RoundProgress([1000, 1000], start_round=1, unit="env steps") as progress:
+        progress.steps(300)  # a batch of four 250-step clients still training
+        progress.steps(400)
+        assert progress.bar.n == 700
+        for _ in range(4):  # the batch answers: only the steps not shown yet move the bar
+            progress.advance(250)
+        assert progress.bar.n == 1000
+        progress.round_done(1)
+        progress.steps(5000)  # a report past the round's budget (rollouts finish) stops at it
+        assert progress.bar.n == 2000
+        progress.advance(500)
+        progress.advance(500)
+        assert progress.bar.n == 2000
+
+
+def test_a_step_reporter_sends_chunks_fixed_by_the_budget_not_the_clock():
+    sent: list[int] = []
+    report = StepReporter(sent.append, budget=1000, reports=10)
+    for _ in range(250):
+        report(3)  # three clients stepped
+    assert sent == [102] * 7 and report.pending == 36  # chunks of at least 100 steps, 750 in all
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sequential", "process"])
+def test_the_vectorised_engine_moves_the_bar_while_its_batch_trains(kind: str):
+    """The engine answers once its whole batch is done; the steps it reports meanwhile must move
+    the bar before any client's result is back, and the bar must end at the round's budget."""
+    clients, steps = 4, 400
+    prefs = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.1, 0.9]])
+    factory = VectorisedClientFactory(envs.get_spec("deep-sea-treasure"), prefs, 0, 2 * steps)
+    executor: Executor = SequentialExecutor() if kind == "sequential" else ProcessExecutor(workers=2)
+    executor.start(factory, clients)
+    try:
+        initial, _ = executor.initial()
+        tasks = {cid: FitTask(params=initial, local_steps=steps, round=1) for cid in range(clients)}
+        events: list[tuple[str, int]] = []
+        with RoundProgress([clients * steps], start_round=1, unit="env steps") as bar:
+
+            def on_steps(n: int) -> None:
+                events.append(("steps", n))
+                bar.steps(n)
+
+            def on_result(cid: int) -> None:
+                events.append(("result", int(bar.bar.n)))
+                bar.advance(steps)
+
+            outcomes = executor.fit(tasks, on_result, on_steps)
+            assert bar.bar.n == clients * steps
+    finally:
+        executor.close()
+    assert all(isinstance(o, FitResult) for o in outcomes.values())
+    first = next(i for i, (what, _) in enumerate(events) if what == "result")
+    shown_before = sum(n for what, n in events[:first] if what == "steps")
+    one_batch = clients * steps // (1 if kind == "sequential" else 2)  # the first batch to answer
+    assert shown_before >= 0.9 * one_batch  # about 20 reports per batch, all before it answers
+    assert events[first][1] == shown_before  # the bar showed them before the first answer
+    spent = sum(o.steps_spent or 0 for o in outcomes.values() if isinstance(o, FitResult))
+    assert sum(n for what, n in events if what == "steps") <= spent
 
 
 def test_durations_read_as_people_say_them():

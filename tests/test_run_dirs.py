@@ -17,7 +17,7 @@ from hydra.core.utils import setup_globals
 from omegaconf import OmegaConf
 
 import morlfed.run  # noqa: F401  (registers the configuration's resolvers)
-from morlfed.overrides import CONF_DIR
+from morlfed.overrides import CONF_DIR, parse, sweep_dir
 from morlfed.runstatus import StopRecord, write_stopped
 
 TINY = ["n_clients=3", "rounds=2", "local_steps=100", "progress=false"]
@@ -67,14 +67,25 @@ def test_a_directory_with_other_files_is_refused(tmp_path, morlfed_cli):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
-def test_a_sweep_job_whose_folder_holds_a_run_is_refused(tmp_path, morlfed_cli):
+def test_a_sweep_into_another_sweeps_folder_is_refused_and_changes_nothing(tmp_path, morlfed_cli):
     sweep = ["-m", *TINY, "seed=0", f"hydra.sweep.dir={tmp_path}"]
     assert morlfed_cli(sweep).returncode == 0
+    before = snapshot(tmp_path)
+    line = one_error_line(morlfed_cli([*sweep[:-2], "seed=0,1", "algo=fedavg", f"hydra.sweep.dir={tmp_path}"]))
+    assert f"hydra.sweep.dir={tmp_path} already holds a sweep (multirun.yaml)" in line
+    assert snapshot(tmp_path) == before  # multirun.yaml included: hydra never got to rewrite it
+    # without the sweep's record, each job still refuses a folder that holds a run
+    (tmp_path / "multirun.yaml").unlink()
     job = tmp_path / "0_fedpref_equidistant_seed0"
     results = {n: (job / n).read_bytes() for n in ("config.yaml", "rounds.csv", "final.csv", "metrics.json")}
     line = one_error_line(morlfed_cli(sweep))
     assert f"hydra.sweep.dir={job} already holds a finished run" in line
     assert {n: (job / n).read_bytes() for n in results} == results
+
+
+def test_an_experiments_own_sweep_folder_is_known_before_hydra_runs():
+    assert sweep_dir(parse(["+experiment=comparison", "env=minecart"])) == Path("multirun/comparison/minecart")
+    assert sweep_dir(parse(["seed=0,1"])) is None  # the default folder names the time: always new
 
 
 def run_dir_of(overrides: list[str], key: str) -> str:

@@ -25,8 +25,9 @@ must be picklable) must provide:
   state from before the call (what :func:`guarded_fit` does for one client). Yielding each result
   as soon as it is ready lets the ``process`` executor stream it back; a host that yields only once
   the whole batch is done sets :attr:`~ClientHost.batched` (the time limits of remote executors
-  are per answer: see :mod:`morlfed.executors.remote`), and should itself limit the batch to
-  ``timeout x (number of tasks)`` seconds;
+  are per answer: see :mod:`morlfed.executors.remote`), should itself limit the batch to
+  ``timeout x (number of tasks)`` seconds, and reports the env steps its batch takes while it
+  runs through ``on_steps`` (the progress bar; :class:`~morlfed.progress.StepReporter`);
 * :meth:`~ClientHost.evaluate_many`: one ``Evaluation`` per ``(cid, params, seed)`` request;
 * where client state lives: :meth:`~ClientHost.get_state` / :meth:`~ClientHost.set_state` (one
   client's ``torch.save``-able state; ``save``/``load``/``states``/``set_states`` are built on
@@ -66,6 +67,8 @@ from morlfed.protocol import Client, ClientFailure, Evaluation, FitResult, FitTa
 
 ClientFactory = Callable[[int], Client]
 FitOutcome = FitResult | ClientFailure
+#: Takes the env steps a batch of clients took since the last call, while the batch still trains.
+StepSink = Callable[[int], None]
 
 #: Default ``client_timeout`` in seconds (generous: a lunar-lander round is about a minute).
 DEFAULT_CLIENT_TIMEOUT = 3600.0
@@ -229,11 +232,15 @@ class ClientHost:
         client = self.clients[self.cids[0]]
         return client.initial_params(), client.layout
 
-    def fit_many(self, tasks: Sequence[tuple[int, FitTask]]) -> Iterator[tuple[int, FitOutcome]]:
+    def fit_many(
+        self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
+    ) -> Iterator[tuple[int, FitOutcome]]:
         """Run guarded fits (:func:`guarded_fit`) in the given order, yielding each outcome as
         soon as it is ready.
 
         :param tasks: ``(cid, task)`` pairs of this host's clients
+        :param on_steps: for a ``batched`` host, called with the env steps its batch took since the
+            last call, while it trains; this host answers client by client and does not call it
         """
         for cid, task in tasks:
             yield cid, guarded_fit(self.clients[cid], task, self.timeout)
@@ -345,13 +352,21 @@ class Executor(ABC):
         """The shared initial model and its layout."""
 
     @abstractmethod
-    def fit(self, tasks: dict[int, FitTask], on_result: Callable[[int], None] | None = None) -> dict[int, FitOutcome]:
+    def fit(
+        self,
+        tasks: dict[int, FitTask],
+        on_result: Callable[[int], None] | None = None,
+        on_steps: StepSink | None = None,
+    ) -> dict[int, FitOutcome]:
         """Run every task; a client that fails yields a :class:`ClientFailure` (see the module
         docstring) and is rolled back to its last good state.
 
         :param tasks: the round's tasks by client id
         :param on_result: called with each client's id as soon as its outcome is back (the
             progress bar); a host that trains its clients as one batch answers for all at once
+        :param on_steps: called with env steps that a batched host (an engine's) reports while its
+            batch still trains (the progress bar moves within the batch); not called by the
+            ``ray`` executor, whose actors answer once per batch
         """
 
     @abstractmethod

@@ -3,8 +3,9 @@ fixed subset of the clients (client ``c`` lives on worker ``c % workers``) in on
 the worker from the picklable client factory (:func:`~morlfed.executors.base.make_host`). One
 torch thread per worker unless the clients ask for more.
 
-A worker streams each fit result back as soon as its host yields it, so the deadline is per
-client: ``client_timeout + kill_grace`` seconds since the worker got its tasks or sent its last
+A worker streams each fit result back as soon as its host yields it, and the env steps that a
+batched host reports while it trains (``("steps", n)`` messages, for the progress bar), so the
+deadline is per client: ``client_timeout + kill_grace`` seconds since the worker got its tasks or sent its last
 result; a worker whose host is ``batched`` (an engine's, which answers once its whole share is
 done) gets ``client_timeout x (number of its tasks) + kill_grace`` for the share
 (:mod:`morlfed.executors.remote`). Workers ignore SIGINT (stopping is the main process' business)
@@ -14,6 +15,7 @@ and exit when the main process dies; a stop that interrupts their work terminate
 from __future__ import annotations
 
 import contextlib
+import functools
 import multiprocessing
 import pickle
 import signal
@@ -45,6 +47,10 @@ def _recv(conn: Connection) -> Any:
     return pickle.loads(conn.recv_bytes())
 
 
+def _send_steps(conn: Connection, steps: int) -> None:
+    _send(conn, ("steps", steps))
+
+
 def _worker_main(
     conn: Connection, factory: ClientFactory, cids: list[int], timeout: float | None, restore_dir: str | None
 ) -> None:
@@ -66,7 +72,7 @@ def _worker_main(
             return  # the main process is gone
         try:
             if command == "fit":
-                for result in host.fit_many(payload):
+                for result in host.fit_many(payload, functools.partial(_send_steps, conn)):
                     _send(conn, ("fit", result))
             elif command == "evaluate":
                 _send(conn, ("done", host.evaluate_many(payload)))
@@ -188,6 +194,10 @@ class ProcessExecutor(_RemoteExecutor):
                     kind, payload = _recv(conn)
                     if kind == "error":
                         raise RuntimeError(f"worker {g} failed:\n{payload}")
+                    if kind == "steps":
+                        if self._on_steps is not None:
+                            self._on_steps(payload)
+                        continue
                     arrived.append(payload)
             except (EOFError, OSError):
                 pass

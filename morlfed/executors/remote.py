@@ -30,7 +30,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from morlfed.executors.base import DEFAULT_CLIENT_TIMEOUT, DEFAULT_KILL_GRACE, ClientFactory, Executor, FitOutcome
+from morlfed.executors.base import (
+    DEFAULT_CLIENT_TIMEOUT,
+    DEFAULT_KILL_GRACE,
+    ClientFactory,
+    Executor,
+    FitOutcome,
+    StepSink,
+)
 from morlfed.protocol import ClientFailure, FitTask
 
 
@@ -61,6 +68,9 @@ class _RemoteExecutor(Executor):
         #: a command (fit, evaluate, ...) went out and not every answer came back: a stop
         #: interrupted it, the hosts are still at work, and :meth:`close` must not wait for them
         self.busy = False
+        #: the running fit's ``on_steps``: :meth:`_next_results` passes on the env steps that
+        #: batched hosts report while they train (transports that can carry them)
+        self._on_steps: StepSink | None = None
 
     def _default_workers(self) -> int:
         return os.cpu_count() or 1
@@ -94,7 +104,8 @@ class _RemoteExecutor(Executor):
         self, timeout: float | None, busy: set[int]
     ) -> tuple[list[tuple[int, FitOutcome]], dict[int, str]]:
         """Wait up to ``timeout`` s for fit results; return the results that arrived and the
-        hosts among ``busy`` found dead (with a reason)."""
+        hosts among ``busy`` found dead (with a reason). Env steps that a host reports while it
+        trains are passed to ``self._on_steps`` (they are not answers: no deadline restarts)."""
 
     def _deadline(self, g: int, n_tasks: int) -> tuple[float, str] | None:
         """Seconds host ``g``, given ``n_tasks`` tasks, may go without answering, and how that
@@ -110,8 +121,13 @@ class _RemoteExecutor(Executor):
         return self.client_timeout * n_tasks + self.kill_grace, f"client_timeout x {n_tasks} tasks + kill_grace"
 
     # fit loop ------------------------------------------------------------------------------
-    def fit(self, tasks: dict[int, FitTask], on_result: Callable[[int], None] | None = None) -> dict[int, FitOutcome]:
-        self.busy = True
+    def fit(
+        self,
+        tasks: dict[int, FitTask],
+        on_result: Callable[[int], None] | None = None,
+        on_steps: StepSink | None = None,
+    ) -> dict[int, FitOutcome]:
+        self.busy, self._on_steps = True, on_steps
         queues = {g: deque(c for c in cids if c in tasks) for g, cids in enumerate(self.assignment)}
         queues = {g: q for g, q in queues.items() if q}
         limits = {g: limit for g, q in queues.items() if (limit := self._deadline(g, len(q))) is not None}
@@ -153,7 +169,7 @@ class _RemoteExecutor(Executor):
             if dead:  # restarting blocked this loop: do not count that time against the others
                 now = time.monotonic()
                 since = {g: max(t, now) for g, t in since.items()}
-        self.busy = False
+        self.busy, self._on_steps = False, None
         return {cid: out[cid] for cid in tasks}
 
     def _restored_note(self, g: int) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from morlfed.executors.base import ClientFactory, Executor, FitOutcome, make_host
+from morlfed.executors.base import ClientFactory, Executor, FitOutcome, StepSink, make_host
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitTask
 
@@ -26,9 +26,14 @@ class SequentialExecutor(Executor):
     def initial(self) -> tuple[torch.Tensor, ParamLayout]:
         return self.host.initial()
 
-    def fit(self, tasks: dict[int, FitTask], on_result: Callable[[int], None] | None = None) -> dict[int, FitOutcome]:
+    def fit(
+        self,
+        tasks: dict[int, FitTask],
+        on_result: Callable[[int], None] | None = None,
+        on_steps: StepSink | None = None,
+    ) -> dict[int, FitOutcome]:
         out = {}
-        for cid, outcome in self.host.fit_many(list(tasks.items())):
+        for cid, outcome in self.host.fit_many(list(tasks.items()), on_steps):
             out[cid] = outcome
             if on_result is not None:
                 on_result(cid)

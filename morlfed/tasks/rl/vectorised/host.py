@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from morlfed.executors.base import ClientHost, ClientTimeout, FitOutcome, alarm, describe
+from morlfed.executors.base import ClientHost, ClientTimeout, FitOutcome, StepSink, alarm, describe
 from morlfed.params import ParamLayout
+from morlfed.progress import StepReporter
 from morlfed.protocol import ClientFailure, Evaluation, FitTask, check_fit_task
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 
@@ -43,11 +44,15 @@ class VectorisedHost(ClientHost):
         """The shared initial model and its layout."""
         return self.engine.initial_params(), self.engine.layout
 
-    def fit_many(self, tasks: Sequence[tuple[int, FitTask]]) -> Iterator[tuple[int, FitOutcome]]:
+    def fit_many(
+        self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
+    ) -> Iterator[tuple[int, FitOutcome]]:
         """Fit every task as one batch (see the class docstring); yields ``(cid, outcome)`` in
         the tasks' order once the batch is done.
 
         :param tasks: ``(cid, task)`` pairs of this host's clients, one per client
+        :param on_steps: called with the env steps the batch took, in about
+            :data:`~morlfed.progress.REPORTS_PER_BATCH` chunks, while it trains
         """
         outcomes: dict[int, FitOutcome] = {}
         batch: dict[int, FitTask] = {}
@@ -59,7 +64,12 @@ class VectorisedHost(ClientHost):
             else:
                 batch[cid] = task
         if batch:
-            outcomes |= self._fit_batch(batch)
+            budget = sum(task.local_steps or 0 for task in batch.values())
+            self.engine.lockstep.on_steps = StepReporter(on_steps, budget) if on_steps is not None else None
+            try:
+                outcomes |= self._fit_batch(batch)
+            finally:
+                self.engine.lockstep.on_steps = None
         for cid, _ in tasks:
             yield cid, outcomes[cid]
 

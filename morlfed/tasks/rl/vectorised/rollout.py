@@ -20,7 +20,7 @@ on the others.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,6 +135,9 @@ class Lockstep:
         #: step), and the number of gradient steps summed
         self._loss_sums: dict[str, torch.Tensor] = {}
         self._loss_counts = np.zeros(self.n, dtype=np.int64)
+        #: called with the env steps of each lockstep iteration (every client that stepped), while
+        #: :meth:`run` goes: the progress bar of a batch that answers only once it is done
+        self.on_steps: Callable[[int], None] | None = None
 
     def take_losses(self, i: int) -> dict[str, float]:
         """Client ``i``'s mean of each training loss over its gradient steps since the last call
@@ -195,6 +198,8 @@ class Lockstep:
             self.replay.add(idx, step.rows[idx])
             c.num_timesteps += stepping
             rollout_steps += stepping
+            if self.on_steps is not None:
+                self.on_steps(len(idx))
             if counts_calls:
                 c.n_calls += stepping
                 self.learner.after_env_step(n_calls_t, torch.from_numpy(stepping))
