@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import pandas as pd
 
+from morlfed.analysis.clustering import CLUSTER_METRICS, final_clusters, planted_ari
 from morlfed.analysis.runs import Run, VisionRun
 from morlfed.envs import EnvSpec, known_front
 from morlfed.metrics import (
@@ -93,6 +94,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "front",
     "front_size",
     "outside_ref",
+    "final_clusters",
 )
 #: The accuracy statistics of vision runs, in table order, with their directions.
 VISION_METRICS: dict[str, MetricInfo] = {
@@ -382,10 +384,13 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
                 "front": ref.source,
                 "front_size": len(ref.points),
                 "outside_ref": int(np.sum(~np.all(points > ref_point, axis=1))),
+                # the clusters in force after the last round (strategies that log clusters)
+                "final_clusters": np.nan if (final := final_clusters(run)) is None else len(final),
                 **values,
+                "planted_ari": planted_ari(run),
             }
         )
-    summary = pd.DataFrame(rows, columns=[*SUMMARY_COLUMNS, *METRICS])
+    summary = pd.DataFrame(rows, columns=[*SUMMARY_COLUMNS, *METRICS, *CLUSTER_METRICS])
     summary = summary.sort_values(["env", "dist", "algo", "finetune", "variant", "seed"], kind="stable")
     return Campaign(summary.reset_index(drop=True), fronts, returns, mismatches=mismatches)
 

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from morlfed.analysis.clustering import TABLE_METRICS
 from morlfed.analysis.stats import LEVEL, REFERENCE, check_one_run_per_seed
 from morlfed.analysis.tables import aggregate_over_seeds, budget_table, metric_table, metrics_table
-from morlfed.metrics import METRICS
 
 _OPEN = re.compile(r"^<!--\s*results:(?P<kind>\w+)(?P<args>.*?)-->\s*$")
 _CLOSE = re.compile(r"^<!--\s*/results\s*-->\s*$")
@@ -126,8 +126,8 @@ def read_summaries(base: Path, spec: str) -> pd.DataFrame:
 
 def _metric(args: dict[str, str]) -> str:
     metric = args.get("metric")
-    if metric not in METRICS:
-        raise ResultsError(f"metric={metric!r} is not a metric; valid: {', '.join(METRICS)}")
+    if metric not in TABLE_METRICS:
+        raise ResultsError(f"metric={metric!r} is not a metric; valid: {', '.join(TABLE_METRICS)}")
     return metric
 
 
@@ -169,7 +169,13 @@ def render_table(summary: pd.DataFrame, args: dict[str, str]) -> str:
     if dist is None or dist not in dists:
         raise ResultsError(f"dist={dist!r} has no runs in the csv; it has {', '.join(dists)}")
     table = metric_table(
-        summary, dist, metric, decimals, reference=args.get("reference", REFERENCE), level=_level(args)
+        summary,
+        dist,
+        metric,
+        decimals,
+        registry=TABLE_METRICS,
+        reference=args.get("reference", REFERENCE),
+        level=_level(args),
     )
     if table is None:
         raise ResultsError(f"no run has a value of {metric} under dist={dist}")
@@ -185,7 +191,7 @@ def render_metrics(summary: pd.DataFrame, args: dict[str, str]) -> str:
     decimals = _decimals(args)
     metrics = [m for m in args.get("metrics", "").split(",") if m]
     if not metrics:
-        raise ResultsError(f"results:metrics needs metrics=M1,M2,...; valid: {', '.join(METRICS)}")
+        raise ResultsError(f"results:metrics needs metrics=M1,M2,...; valid: {', '.join(TABLE_METRICS)}")
     for metric in metrics:
         _metric({"metric": metric})
     env, dist = args.get("env"), args.get("dist")
@@ -207,11 +213,11 @@ def ranking(summary: pd.DataFrame, metric: str, focus: str = "fedpref*", decimal
     (1 + the number of variants strictly better at that precision), and the number of variants.
 
     :param summary: ``summary.csv`` rows
-    :param metric: a key of :data:`morlfed.metrics.METRICS`
+    :param metric: a key of :data:`analysis.clustering.TABLE_METRICS`
     :param focus: a glob over variant labels
     :param decimals: the precision of the comparison
     """
-    higher = METRICS[metric].higher_is_better
+    higher = TABLE_METRICS[metric].higher_is_better
     stats = aggregate_over_seeds(summary, metric).reset_index()
     # ranked on the values as the tables print them (f"{x:.2f}" and Series.round differ at ties)
     stats = stats[stats["count"] > 0].assign(shown=lambda f: [float(f"{m:.{decimals}f}") for m in f["mean"]])
@@ -270,7 +276,7 @@ def render_ranking(summary: pd.DataFrame, args: dict[str, str], base: Path) -> s
     if "claims" in args:
         claims = read_claims(base / args["claims"])
         claims = claims[claims["metric"] == metric].set_index(["env", "dist"])
-    header = ["environment", "preferences", f"first ({METRICS[metric].title})", f"best {focus}", "its rank"]
+    header = ["environment", "preferences", f"first ({TABLE_METRICS[metric].title})", f"best {focus}", "its rank"]
     if claims is not None:
         header += ["paper: first", "agrees"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

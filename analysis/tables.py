@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from morlfed.analysis.campaign import VISION_METRICS, Campaign
+from morlfed.analysis.clustering import TABLE_METRICS
 from morlfed.analysis.stats import (
     LEVEL,
     REFERENCE,
@@ -242,22 +243,23 @@ def metrics_table(
     :param summary: ``summary.csv`` rows
     :param env: the environment
     :param dist: the preference distribution
-    :param metrics: keys of :data:`morlfed.metrics.METRICS`, one column each
+    :param metrics: keys of :data:`analysis.clustering.TABLE_METRICS` (the front metrics and the
+        cluster values), one column each
     :param decimals: decimals shown
     :param reference: a glob over variant labels naming the reference variant
     :param level: the significance level of the paired tests
     """
-    unknown = [m for m in metrics if m not in METRICS]
+    unknown = [m for m in metrics if m not in TABLE_METRICS]
     if unknown:
-        raise ValueError(f"unknown metric {', '.join(map(repr, unknown))}; valid: {', '.join(METRICS)}")
+        raise ValueError(f"unknown metric {', '.join(map(repr, unknown))}; valid: {', '.join(TABLE_METRICS)}")
     part = summary[(summary["env"] == env) & (summary["dist"] == dist)]
     if part.empty:
         return None
     stats = {m: aggregate_over_seeds(part, m) for m in metrics}
     counts = _counts(part, "env")
-    directions, note = _marks(part, metrics, METRICS, reference, level, "env")
+    directions, note = _marks(part, metrics, TABLE_METRICS, reference, level, "env")
     lines = [
-        "| algorithm | n | " + " | ".join(METRICS[m].title for m in metrics) + " |",
+        "| algorithm | n | " + " | ".join(TABLE_METRICS[m].title for m in metrics) + " |",
         "|---|---|" + "---|" * len(metrics),
     ]
     labels, inert_note = _labels(part)
@@ -269,7 +271,7 @@ def metrics_table(
                 (dist, variant, env),
                 decimals,
                 n,
-                _undefined(METRICS[m]),
+                _undefined(TABLE_METRICS[m]),
                 directions.get((variant, env, m), ""),
             )
             for m in metrics
@@ -302,8 +304,9 @@ def budget_table(summary: pd.DataFrame) -> str:
 
     When the summary records the env steps spent measuring losses (``loss_env_steps_per_client``,
     runs made since they are counted), the table has them in a column of their own (0 for the
-    strategies that measure none) beside the training env steps, which group the runs, and the env
-    steps per run count both. Otherwise ``env_steps_per_client`` is the training's.
+    strategies that measure none) beside the training env steps, and the env steps per run count
+    both; every variant that measured losses has a row of its own, so each method's interaction
+    beyond the training budget is in the table. Otherwise ``env_steps_per_client`` is the training's.
 
     :param summary: ``summary.csv`` rows (with ``wall_time_s``)
     """
@@ -311,6 +314,8 @@ def budget_table(summary: pd.DataFrame) -> str:
     by_purpose = bool(loss.notna().any())
     training = (total - loss).where(loss.notna(), total)  # summaries that predate the count: all training
     frame = summary.assign(per_client=training.round(), loss=loss, total=total)
+    measured = frame.groupby(["env", "dist", "variant"])["loss"].transform(lambda x: bool((x > 0).any()))
+    frame["loss_row"] = frame["variant"].where(measured, "")  # a row per variant that measured losses
     variants = frame.groupby(["env", "dist"])["variant"].nunique()
     steps_header = (
         "training env steps per client | loss-evaluation env steps per client" if by_purpose else "env steps per client"
@@ -320,7 +325,9 @@ def budget_table(summary: pd.DataFrame) -> str:
         f"{steps_header} | env steps per run | runs | wall time per run (s) | total (min) |",
         "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if by_purpose else ""),
     ]
-    for (env, dist, steps), part in frame.groupby(["env", "dist", "per_client"], sort=True, dropna=False):
+    for (env, dist, steps, _), part in frame.groupby(
+        ["env", "dist", "per_client", "loss_row"], sort=True, dropna=False
+    ):
         budget = " | ".join(
             ", ".join(map(str, sorted(part[c].unique()))) for c in ("n_clients", "rounds", "local_steps")
         )

@@ -14,6 +14,7 @@ import pytest
 
 from morlfed.analysis.published import ResultsError, parse_blocks, ranking, read_summaries, regenerate
 from morlfed.analysis.results import main
+from morlfed.analysis.tables import budget_table
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("fedavg", "fedpref", "fedpref+FT", "local")
@@ -195,6 +196,20 @@ def test_budget_block_sums_wall_time(doc):
     # 30 s and 60 s each -> mean 45 s, total 360 s = 6 min
     assert rows["alpha", "dirichlet"] == ["all", "10", "5", "100", "500", "5000", "8", "45 (min 30, max 60)", "6"]
     assert rows["beta", "dirichlet"][:6] == ["all", "10", "8", "100", "800", "8000"]
+
+
+def test_budget_gives_each_method_that_measured_losses_a_row_of_its_own(summary):
+    # alpha/dirichlet's 500 training env steps per client; two variants also measured losses
+    part = summary[(summary["env"] == "alpha") & (summary["dist"] == "dirichlet")].copy()
+    part["loss_env_steps_per_client"] = part["variant"].map({"fedavg": 40.0, "local": 10.0}).fillna(0.0)
+    part.loc[(part["variant"] == "local") & (part["seed"] == 1), "loss_env_steps_per_client"] = 30.0
+    part["env_steps_per_client"] += part["loss_env_steps_per_client"]
+    rows = [line.split(" | ") for line in budget_table(part).splitlines()[2:]]
+    assert [(r[2], r[6], r[7], r[8]) for r in rows] == [
+        ("fedpref, fedpref+FT", "500", "0", "5000"),  # the methods that measured none share a row
+        ("fedavg", "500", "40", "5400"),
+        ("local", "500", "20 (min 10, max 30)", "5200"),
+    ]
 
 
 def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):

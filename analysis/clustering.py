@@ -1,0 +1,89 @@
+"""How a clustered strategy's final clusters compare with the preferences the clients hold.
+
+For a run whose strategy logs its clusters (``clusters.jsonl``: FedPref, CFL, MaTFL's groups,
+FedMHC's head groups), :func:`final_clusters` is the partition in force after the last round. With
+``dist=groups`` (several clients share each of a few planted preferences) the partition a correct
+clustering should find is known: :func:`planted_groups` reads it off the clients' weights (clients
+with equal weights form a group), and :func:`planted_ari` scores the final clusters against it with
+scikit-learn's adjusted Rand index (1: the planted groups exactly; about 0: no better than a random
+partition of the same sizes; negative: worse).
+
+:data:`CLUSTER_METRICS` registers these per-run values beside :data:`morlfed.metrics.METRICS` for
+the comparison tables (:data:`TABLE_METRICS`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.metrics import adjusted_rand_score
+
+from morlfed.analysis.runs import Run
+from morlfed.metrics import METRICS, MetricInfo
+
+#: The per-run cluster values of a summary, as the tables read them.
+CLUSTER_METRICS: dict[str, MetricInfo] = {
+    "planted_ari": MetricInfo(
+        "ARI with the planted groups",
+        True,
+        False,
+        "adjusted Rand index of the final clusters against the planted preference groups (dist=groups; "
+        "1: exactly the groups, about 0: chance)",
+    ),
+}
+#: Every value a comparison table may show: the front metrics, then the cluster values.
+TABLE_METRICS: dict[str, MetricInfo] = {**METRICS, **CLUSTER_METRICS}
+
+
+def planted_groups(weights: np.ndarray) -> np.ndarray:
+    """Each client's planted group: clients with equal preference weights share a label
+    (labels ``0, 1, ...`` in order of first appearance).
+
+    :param weights: ``[n, m]`` client preferences
+    """
+    _, first, labels = np.unique(np.asarray(weights), axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(np.argsort(first))  # relabel by first appearance, not by sort order
+    return order[labels.reshape(-1)]
+
+
+def labels_of(clusters: Sequence[Sequence[int]], n: int) -> np.ndarray:
+    """A partition of clients ``0..n-1`` as one label per client (its cluster's index).
+
+    :param clusters: the clusters, lists of client ids covering ``0..n-1`` exactly once
+    :param n: the number of clients
+    :raises ValueError: the clusters do not cover every client exactly once
+    """
+    labels = np.full(n, -1, dtype=np.int64)
+    for k, members in enumerate(clusters):
+        for cid in members:
+            if not 0 <= cid < n or labels[cid] != -1:
+                raise ValueError(f"clusters {list(map(list, clusters))} are not a partition of clients 0..{n - 1}")
+            labels[cid] = k
+    if (labels == -1).any():
+        raise ValueError(
+            f"clusters {list(map(list, clusters))} leave out clients {np.flatnonzero(labels == -1).tolist()}"
+        )
+    return labels
+
+
+def final_clusters(run: Run) -> list[list[int]] | None:
+    """The clusters in force after ``run``'s last round, or ``None`` when its strategy logs none.
+
+    :param run: a loaded RL run
+    """
+    history = run.cluster_history()
+    return history[max(history)] if history else None
+
+
+def planted_ari(run: Run) -> float:
+    """The adjusted Rand index of ``run``'s final clusters against its planted preference groups;
+    NaN unless the run used ``dist=groups`` and its strategy logs clusters.
+
+    :param run: a loaded RL run
+    """
+    clusters = final_clusters(run)
+    if clusters is None or run.dist != "groups":
+        return float("nan")
+    n = len(run.weights)
+    return float(adjusted_rand_score(planted_groups(run.weights), labels_of(clusters, n)))
