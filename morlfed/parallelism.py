@@ -12,12 +12,14 @@ may round differently with another thread count. So:
   thread each, when the run is long enough to repay their start (``MIN_PARALLEL_STEPS`` env steps
   in all; a worker spends a few seconds importing torch and SB3); a shorter run stays in this
   process, on one thread.
-* ``torch_threads=auto`` with an explicit executor gives each worker its share of the cores:
-  every core under ``executor=sequential``, one per worker when ``process`` workers fill the cores.
+* ``torch_threads=auto`` is one thread per worker under every executor, ``sequential`` included:
+  more threads are ``torch_threads=N``'s to ask for.
 
 Intra-op threads are never auto's choice, for a measured reason besides speed: on a machine
 whose cores are busy with other work, torch's threads wait on each other; a short mo-lunar-lander
-run took 25 times longer with 2 threads than with 1 while other jobs loaded both cores.
+run took 25 times longer with 2 threads than with 1 while other jobs loaded both cores, and two
+``executor=sequential`` sweeps side by side (the way the studies of docs/results.md use a 2-core
+machine) took 20 times longer per round when each gave its one process both cores' threads.
 
 Explicit settings always win: ``executor=sequential``, ``executor.workers=N``,
 ``torch_threads=N``.
@@ -79,7 +81,7 @@ def parse_threads(value: Any) -> int | None:
     if value == "auto":
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"torch_threads must be a positive integer or auto (every core), got {value!r}")
+        raise ValueError(f"torch_threads must be a positive integer or auto (one per worker), got {value!r}")
     return value
 
 
@@ -100,12 +102,8 @@ def resolve(
     if executor == "auto":
         parallel = cores > 1 and n_clients > 1 and total_steps >= MIN_PARALLEL_STEPS
         executor = "process" if parallel else "sequential"
-        if threads is None:  # auto's workers take one core each; a run too short for them takes one
-            threads = 1
     if executor == "sequential":
         workers = 1
     elif executor == "process":
         workers = min(workers or cores, n_clients)
-    if threads is None:
-        threads = max(1, cores // workers) if workers else 1
-    return Parallelism(executor, workers, threads, cores)
+    return Parallelism(executor, workers, 1 if threads is None else threads, cores)

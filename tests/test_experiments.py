@@ -23,11 +23,13 @@ EXPERIMENTS = group_options("experiment")
 #: Jobs per experiment at its own sweep (seeds included), and the paper rows it covers.
 EXPECTED_JOBS = {
     "comparison": 5 * 3 * 10,
+    "comparison_all": 6 * 3 * 18,
     "ablation": 5 * 6,
     "sensitivity_top_r": 5 * 6,
     "sensitivity_s_min": 5 * 7,
     "clustering_validation": 3 * 2,
     "fedpref_search": 3 * 27,
+    "fedpref_search_relative": 5 * 9,
     "convergence": 3,
 }
 

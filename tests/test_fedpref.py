@@ -174,10 +174,10 @@ def test_relative_eps_splits_on_the_largest_norm_seen_where_absolute_does_not(no
     assert absolute.diagnostics()["threshold"] == 1.0
 
 
-def test_config_keeps_the_absolute_threshold_by_default_and_takes_the_relative_one():
+def test_config_takes_the_searched_relative_threshold_by_default_and_the_absolute_one_on_request():
     default = make_strategy("fedpref")
-    assert (default.eps, default.patience, default.eps_mode) == (1.0, 2, "absolute")
-    assert make_strategy("fedpref", eps=0.3, eps_mode="relative").eps_mode == "relative"
+    assert (default.eps, default.patience, default.eps_mode) == (0.1, 2, "relative")
+    assert make_strategy("fedpref", eps=1.0, eps_mode="absolute").eps_mode == "absolute"
 
 
 def test_split_events_survive_a_checkpoint_and_an_old_one_records_none():

@@ -31,10 +31,11 @@ def test_auto_keeps_a_short_run_or_a_single_core_in_one_single_threaded_process(
 
 
 def test_explicit_settings_win() -> None:
-    # an explicit executor: auto threads share the cores among its workers
-    assert resolve("sequential", None, "auto", 10, LONG, cores=4) == Parallelism("sequential", 1, 4, 4)
+    # an explicit executor: auto threads are one per worker (two sequential sweeps side by side
+    # must not each take every core's thread)
+    assert resolve("sequential", None, "auto", 10, LONG, cores=4) == Parallelism("sequential", 1, 1, 4)
     assert resolve("process", None, "auto", 10, LONG, cores=4) == Parallelism("process", 4, 1, 4)
-    assert resolve("process", 2, "auto", 10, LONG, cores=4) == Parallelism("process", 2, 2, 4)
+    assert resolve("process", 2, "auto", 10, LONG, cores=4) == Parallelism("process", 2, 1, 4)
     # explicit threads and workers
     assert resolve("auto", 3, 5, 10, LONG, cores=2) == Parallelism("process", 3, 5, 2)
     assert resolve("sequential", None, 3, 10, LONG, cores=2) == Parallelism("sequential", 1, 3, 2)
