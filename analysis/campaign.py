@@ -94,7 +94,6 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "front",
     "front_size",
     "outside_ref",
-    "final_clusters",
 )
 #: The accuracy statistics of vision runs, in table order, with their directions.
 VISION_METRICS: dict[str, MetricInfo] = {
@@ -384,9 +383,9 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
                 "front": ref.source,
                 "front_size": len(ref.points),
                 "outside_ref": int(np.sum(~np.all(points > ref_point, axis=1))),
+                **values,
                 # the clusters in force after the last round (strategies that log clusters)
                 "final_clusters": np.nan if (final := final_clusters(run)) is None else len(final),
-                **values,
                 "planted_ari": planted_ari(run),
             }
         )

@@ -24,6 +24,12 @@ from morlfed.metrics import METRICS, MetricInfo
 
 #: The per-run cluster values of a summary, as the tables read them.
 CLUSTER_METRICS: dict[str, MetricInfo] = {
+    "final_clusters": MetricInfo(
+        "Final clusters",
+        False,
+        False,
+        "clusters in force after the last round (strategies that log clusters); a count, not a score: never tested",
+    ),
     "planted_ari": MetricInfo(
         "ARI with the planted groups",
         True,
@@ -34,6 +40,8 @@ CLUSTER_METRICS: dict[str, MetricInfo] = {
 }
 #: Every value a comparison table may show: the front metrics, then the cluster values.
 TABLE_METRICS: dict[str, MetricInfo] = {**METRICS, **CLUSTER_METRICS}
+#: Values a table shows as they are, with no better or worse: no paired test marks them.
+DESCRIPTIVE: frozenset[str] = frozenset({"final_clusters"})
 
 
 def planted_groups(weights: np.ndarray) -> np.ndarray:

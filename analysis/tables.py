@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from morlfed.analysis.campaign import VISION_METRICS, Campaign
-from morlfed.analysis.clustering import TABLE_METRICS
+from morlfed.analysis.clustering import DESCRIPTIVE, TABLE_METRICS
 from morlfed.analysis.stats import (
     LEVEL,
     REFERENCE,
@@ -150,6 +150,8 @@ def _marks(
     directions: dict[tuple[str, str, str], str] = {}
     tested: list[int] = []  # the pairs of every tested cell
     for metric in metrics:
+        if metric in DESCRIPTIVE:
+            continue
         stats = compare_to_reference(part, metric, registry[metric], reference, level, column)
         tested += [int(n) for n, test in zip(stats["n"], stats["test"]) if test]
         directions |= {

@@ -71,5 +71,6 @@ def test_summary_and_table_carry_final_clusters_and_the_ari(tmp_path):
     assert groups["final_clusters"].tolist() == [4, 4, 1]
     assert groups["planted_ari"].tolist() == [1.0, 1.0, 0.0]
     assert np.isnan(summary.loc[summary["dist"] == "equidistant", "planted_ari"]).all()
-    table = metrics_table(summary.reset_index(), "deep-sea-treasure", "groups", ["planted_ari"])
-    assert table is not None and "ARI with the planted groups" in table and "0.67 ± 0.58" in table
+    table = metrics_table(summary.reset_index(), "deep-sea-treasure", "groups", ["final_clusters", "planted_ari"])
+    assert table is not None and "| Final clusters | ARI with the planted groups |" in table
+    assert "| fedpref | 3 | 3.00 ± 1.73 | 0.67 ± 0.58 |" in table
