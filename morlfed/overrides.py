@@ -20,6 +20,7 @@ hydra's files written into it, even when it holds another run. :func:`precheck_a
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import tempfile
@@ -117,6 +118,20 @@ def _line(override: Override) -> str:
     return override.input_line or override.key_or_group
 
 
+def _line_with(override: Override, value: Any) -> str:
+    """The override with ``value`` in place of its own (one value of a sweep): ``[+]key=value``."""
+    return f"{'+' if override.is_add() else ''}{override.key_or_group}={value}"
+
+
+@contextlib.contextmanager
+def _compose_api() -> Iterator[None]:
+    """hydra's compose API on morlfed's configuration, from a fresh global hydra."""
+    if GlobalHydra.instance().is_initialized():
+        GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        yield
+
+
 def _group(override: Override) -> str | None:
     return override.key_or_group if override.key_or_group in GROUPS and override.package is None else None
 
@@ -155,17 +170,14 @@ def _composed(overrides: list[Override]) -> Iterator[tuple[dict[str, Any], dict[
     option of a swept group."""
     groups = [o for o in overrides if _group(o) is not None]
     fixed = [_line(o) for o in groups if not o.is_sweep_override()]
-    swept = [(o, [str(v) for v in _values(o)]) for o in groups if o.is_sweep_override()]
-    prefix = {id(o): "+" if o.is_add() else "" for o, _ in swept}
-    first = [f"{prefix[id(o)]}{o.key_or_group}={options[0]}" for o, options in swept if options]
+    swept = [(o, _values(o)) for o in groups if o.is_sweep_override()]
+    first = [_line_with(o, options[0]) for o, options in swept if options]
     variants = [fixed + first]
     for k, (override, options) in enumerate(swept):
         for option in options[1:]:
             others = [line for j, line in enumerate(first) if j != k]
-            variants.append([*fixed, *others, f"{prefix[id(override)]}{override.key_or_group}={option}"])
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            variants.append([*fixed, *others, _line_with(override, option)])
+    with _compose_api():
         for lines in variants:
             try:
                 cfg = compose("config", overrides=lines, return_hydra_config=True)
@@ -308,19 +320,21 @@ def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> Non
 
 def sweep_dir(overrides: list[Override]) -> Path | None:
     """The folder a sweep of these overrides writes into (``hydra.sweep.dir``, an experiment's or
-    the default), or ``None`` when it cannot be known before hydra runs (it names the time, or a
-    value only hydra's run sets).
+    the default), or ``None`` when it cannot be known before hydra runs (it names the time, a
+    value only hydra's run sets, or the command line has a sweep only hydra can expand: a glob).
 
     :param overrides: the command line's parsed overrides
     """
+    swept = [(o, _values(o)) for o in overrides if o.is_sweep_override()]
+    if any(not values for _, values in swept):
+        return None
     lines = [_line(o) for o in overrides if not o.is_sweep_override()]
-    lines += [
-        f"{'+' if o.is_add() else ''}{o.key_or_group}={_values(o)[0]}" for o in overrides if o.is_sweep_override()
-    ]
-    if GlobalHydra.instance().is_initialized():
-        GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=lines, return_hydra_config=True)
+    lines += [_line_with(o, values[0]) for o, values in swept]
+    with _compose_api():
+        try:
+            cfg = compose("config", overrides=lines, return_hydra_config=True)
+        except HydraException:  # a value that reads otherwise as one element of a sweep
+            return None
     node = cfg.hydra.sweep
     raw = OmegaConf.to_container(node, resolve=False)
     assert isinstance(raw, dict), "hydra.sweep is a mapping"

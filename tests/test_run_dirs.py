@@ -86,6 +86,8 @@ def test_a_sweep_into_another_sweeps_folder_is_refused_and_changes_nothing(tmp_p
 def test_an_experiments_own_sweep_folder_is_known_before_hydra_runs():
     assert sweep_dir(parse(["+experiment=comparison", "env=minecart"])) == Path("multirun/comparison/minecart")
     assert sweep_dir(parse(["seed=0,1"])) is None  # the default folder names the time: always new
+    # a sweep only hydra can expand (a glob of options) leaves the folder unknown, not an error
+    assert sweep_dir(parse(["algo=glob(fed*)", "hydra.sweep.dir=/tmp/x"])) is None
 
 
 def run_dir_of(overrides: list[str], key: str) -> str:

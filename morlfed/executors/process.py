@@ -32,6 +32,7 @@ from morlfed.executors.base import (
     DEFAULT_KILL_GRACE,
     ClientFactory,
     FitOutcome,
+    StepSink,
     make_host,
 )
 from morlfed.executors.remote import _RemoteExecutor
@@ -180,7 +181,7 @@ class ProcessExecutor(_RemoteExecutor):
         return not self._batched[g]
 
     def _next_results(
-        self, timeout: float | None, busy: set[int]
+        self, timeout: float | None, busy: set[int], on_steps: StepSink | None
     ) -> tuple[list[tuple[int, FitOutcome]], dict[int, str]]:
         watch = {self.conns[g]: g for g in busy}
         sentinels = {self.procs[g].sentinel: g for g in busy}
@@ -195,8 +196,8 @@ class ProcessExecutor(_RemoteExecutor):
                     if kind == "error":
                         raise RuntimeError(f"worker {g} failed:\n{payload}")
                     if kind == "steps":
-                        if self._on_steps is not None:
-                            self._on_steps(payload)
+                        if on_steps is not None:
+                            on_steps(payload)
                         continue
                     arrived.append(payload)
             except (EOFError, OSError):

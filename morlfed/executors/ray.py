@@ -25,6 +25,7 @@ from morlfed.executors.base import (
     DEFAULT_KILL_GRACE,
     ClientFactory,
     FitOutcome,
+    StepSink,
     make_host,
     state_file,
 )
@@ -191,8 +192,9 @@ class RayExecutor(_RemoteExecutor):
         return False  # an actor fits its share in one call
 
     def _next_results(
-        self, timeout: float | None, busy: set[int]
+        self, timeout: float | None, busy: set[int], on_steps: StepSink | None
     ) -> tuple[list[tuple[int, FitOutcome]], dict[int, str]]:
+        # on_steps is never called: an actor's fit_shared answers once, with its whole batch
         ray = self.ray
         refs = list(self._pending)
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout)

@@ -68,9 +68,6 @@ class _RemoteExecutor(Executor):
         #: a command (fit, evaluate, ...) went out and not every answer came back: a stop
         #: interrupted it, the hosts are still at work, and :meth:`close` must not wait for them
         self.busy = False
-        #: the running fit's ``on_steps``: :meth:`_next_results` passes on the env steps that
-        #: batched hosts report while they train (transports that can carry them)
-        self._on_steps: StepSink | None = None
 
     def _default_workers(self) -> int:
         return os.cpu_count() or 1
@@ -101,11 +98,12 @@ class _RemoteExecutor(Executor):
 
     @abstractmethod
     def _next_results(
-        self, timeout: float | None, busy: set[int]
+        self, timeout: float | None, busy: set[int], on_steps: StepSink | None
     ) -> tuple[list[tuple[int, FitOutcome]], dict[int, str]]:
         """Wait up to ``timeout`` s for fit results; return the results that arrived and the
         hosts among ``busy`` found dead (with a reason). Env steps that a host reports while it
-        trains are passed to ``self._on_steps`` (they are not answers: no deadline restarts)."""
+        trains are passed to ``on_steps`` where the transport carries them (they are not answers: no
+        deadline restarts)."""
 
     def _deadline(self, g: int, n_tasks: int) -> tuple[float, str] | None:
         """Seconds host ``g``, given ``n_tasks`` tasks, may go without answering, and how that
@@ -127,7 +125,7 @@ class _RemoteExecutor(Executor):
         on_result: Callable[[int], None] | None = None,
         on_steps: StepSink | None = None,
     ) -> dict[int, FitOutcome]:
-        self.busy, self._on_steps = True, on_steps
+        self.busy = True
         queues = {g: deque(c for c in cids if c in tasks) for g, cids in enumerate(self.assignment)}
         queues = {g: q for g, q in queues.items() if q}
         limits = {g: limit for g, q in queues.items() if (limit := self._deadline(g, len(q))) is not None}
@@ -137,7 +135,7 @@ class _RemoteExecutor(Executor):
         while queues:
             ends = [since[g] + limits[g][0] for g in queues if g in limits]
             wait_s = max(0.0, min(ends) - time.monotonic()) if ends else None
-            arrived, dead = self._next_results(wait_s, set(queues))
+            arrived, dead = self._next_results(wait_s, set(queues), on_steps)
             now = time.monotonic()
             for cid, outcome in arrived:
                 g = self.owner[cid]
@@ -169,7 +167,7 @@ class _RemoteExecutor(Executor):
             if dead:  # restarting blocked this loop: do not count that time against the others
                 now = time.monotonic()
                 since = {g: max(t, now) for g, t in since.items()}
-        self.busy, self._on_steps = False, None
+        self.busy = False
         return {cid: out[cid] for cid in tasks}
 
     def _restored_note(self, g: int) -> str:
