@@ -156,6 +156,21 @@ def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def merged_curves(fresh: pd.DataFrame, committed: Path) -> pd.DataFrame:
+    """The curves read from run directories, plus the committed ``curves.csv`` rows of every run
+    whose directory is gone (run directories are not committed, so a study grown in a later
+    session keeps the curves of its earlier seeds)."""
+    if not committed.exists():
+        return fresh
+    old = pd.read_csv(committed)
+    if fresh.empty or old.empty:
+        return fresh if old.empty else old
+    keys = ["env", "budget", "algo", "engine", "seed"]
+    seen = set(fresh[keys].itertuples(index=False, name=None))
+    kept = old[[key not in seen for key in old[keys].itertuples(index=False, name=None)]]
+    return pd.concat([kept, fresh], ignore_index=True).sort_values([*keys, "round"], ignore_index=True)
+
+
 def agreement(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (env, budget, algo, candidate arm, outcome): the reference's and the candidate's
     means, the margin, the interval and the verdict over the seeds that both arms ran."""
@@ -244,11 +259,9 @@ def report(out: Path, runs: Path) -> str:
         markdown(result) if not result.empty else "(no paired runs yet)",
         "",
     ]
-    curve = curves(runs, table)
+    curve = merged_curves(curves(runs, table), out / "curves.csv")
     if not curve.empty:
-        curve.to_csv(out / "curves.csv", index=False)
-    elif (out / "curves.csv").exists():
-        curve = pd.read_csv(out / "curves.csv")
+        atomic_write_text(out / "curves.csv", curve.to_csv(index=False))
     if not curve.empty:
         figure(curve, out / "learning.png")
         text += ["![learning curves](learning.png)", ""]
