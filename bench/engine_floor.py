@@ -11,7 +11,9 @@ is the same matrix products as one plain chain of ``torch.bmm`` calls on preallo
 target's forward, the online forward, every weight gradient and every input gradient but the
 first layer's; no bias, activation, loss, clipping or optimiser. Both run in this process, with
 denormals flushed as the engine trains, alternating block by block so that machine noise hits both
-alike; the figures are medians over blocks.
+alike; the figures are medians over blocks. The step's Adam update is also timed alone: floor +
+Adam is what any step that trains must cost at least, and shows how much of the gap to the floor
+the optimiser's one memory-bound pass takes.
 
 **Projection.** ``--round`` also runs the headline command for one round
 (``python -m morlfed.run env=mo-lunar-lander dist=dirichlet rounds=1`` with the engine and
@@ -49,8 +51,11 @@ from morlfed.tasks.rl.vectorised.rollout import flushed_denormals
 HEADLINE = ["env=mo-lunar-lander", "dist=dirichlet"]
 
 
-def engine_step(env: str, clients: int, precision: str) -> tuple[Callable[[], None], list[tuple[int, int]], int]:
-    """One gradient step of the headline's learner as a closure, the Q-network's layer shapes
+def engine_step(
+    env: str, clients: int, precision: str
+) -> tuple[Callable[[], None], Callable[[], None], list[tuple[int, int]], int]:
+    """One gradient step of the headline's learner as a closure, its Adam update alone as another
+    (the step's last pass, over the gradients the step left), the Q-network's layer shapes
     ``(in, out)`` and the batch size."""
     spec = get_spec(env)
     _, learner, _ = stacked_algorithm(spec, clients, 0, 100_000, "cpu", precision)
@@ -72,8 +77,11 @@ def engine_step(env: str, clients: int, precision: str) -> tuple[Callable[[], No
     def step() -> None:
         learner.gradient_step(replay.sample(rng.random((clients, batch))), mask, mu, centre)
 
+    def optimiser() -> None:
+        learner.optimiser.step(mask)
+
     shapes = [(layer.shape[1], layer.shape[0]) for layer in learner.layout.layers if len(layer.shape) == 2]
-    return step, shapes, batch
+    return step, optimiser, shapes, batch
 
 
 def floor_chain(shapes: list[tuple[int, int]], clients: int, batch: int, dtype: torch.dtype) -> Callable[[], None]:
@@ -133,17 +141,19 @@ def main() -> None:
     parser.add_argument("--round", action="store_true", help="also project the headline from a 1-round run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    step, shapes, batch = engine_step(args.env, args.clients, args.precision)
+    step, optimiser, shapes, batch = engine_step(args.env, args.clients, args.precision)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     chain = floor_chain(shapes, args.clients, batch, dtype)
-    engine_s, floor_s = [], []
+    engine_s, floor_s, adam_s = [], [], []
     with flushed_denormals():
-        for fn in (step, chain):  # warm-up: workspaces, MKL's first calls
+        for fn in (step, chain, optimiser):  # warm-up: workspaces, MKL's first calls
             timed(fn, 20)
         for _ in range(args.blocks):
             engine_s.append(timed(step, args.steps))
             floor_s.append(timed(chain, args.steps))
+            adam_s.append(timed(optimiser, args.steps))
     engine_ms, floor_ms = 1e3 * statistics.median(engine_s), 1e3 * statistics.median(floor_s)
+    adam_ms = 1e3 * statistics.median(adam_s)
     layers = "-".join([str(shapes[0][0])] + [str(out) for _, out in shapes])
     print(
         f"{args.env}: {args.clients} clients, {layers} Q-networks, batch {batch}, {args.precision}, "
@@ -152,6 +162,10 @@ def main() -> None:
     print(f"engine step   {engine_ms:7.2f} ms")
     print(f"floor (bmm)   {floor_ms:7.2f} ms")
     print(f"ratio         {engine_ms / floor_ms:7.2f}   (goal <= 1.3)")
+    # Adam reads parameters, gradients and both moments and writes three of them: a memory-bound
+    # pass that no chain of products contains, so floor + Adam bounds any step that trains
+    print(f"Adam alone    {adam_ms:7.2f} ms   (the step's optimiser pass, timed on its own)")
+    print(f"floor + Adam  {floor_ms + adam_ms:7.2f} ms   ratio to the floor {(floor_ms + adam_ms) / floor_ms:.2f}")
     print(f"headline's 100 000 batched gradient steps: {engine_ms * 100_000 / 60_000:.1f} min of this engine step")
     if args.round:
         projected, metrics = projected_headline("vectorised", args.precision)

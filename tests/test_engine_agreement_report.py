@@ -1,0 +1,83 @@
+"""The engine-agreement study's report (``bench/engine_agreement.py``): pairing by seed, the verdict
+on the tested outcome only, and curves that survive their run directories."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pandas as pd
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "engine_agreement.py"
+
+
+@pytest.fixture(scope="module")
+def study() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("engine_agreement", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["engine_agreement"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _runs(sb3: list[float], vec: list[float], seeds: list[int] | None = None) -> pd.DataFrame:
+    seeds = seeds or list(range(len(sb3)))
+    rows = []
+    for arm, values, arm_seeds in (("sb3", sb3, list(range(len(sb3)))), ("vectorised", vec, seeds)):
+        for seed, value in zip(arm_seeds, values):
+            rows.append(
+                {"env": "deep-sea-treasure", "algo": "local", "seed": seed, "engine": arm, "budget": "reduced"}
+                | {"mean_scalarised": value, "hypervolume": 10 * value}
+            )
+    return pd.DataFrame(rows)
+
+
+def test_paired_differences_inside_the_margin_are_equivalent(study: ModuleType) -> None:
+    rng = np.random.default_rng(0)
+    sb3 = list(rng.normal(5.0, 2.0, 30))
+    vec = [v + d for v, d in zip(sb3, rng.normal(0.0, 0.1, 30))]  # paired, tiny differences
+    table = study.agreement(_runs(sb3, vec))
+    tested = table[table.outcome == "mean scalarised return"].iloc[0]
+    assert tested.n == 30 and tested.verdict == "equivalent"
+    # the hypervolume is reported beside it, never tested
+    assert table[table.outcome == "hypervolume"].iloc[0].verdict == "reported, not tested"
+
+
+def test_a_shift_beyond_the_margin_is_different_and_unpaired_seeds_are_dropped(study: ModuleType) -> None:
+    rng = np.random.default_rng(1)
+    sb3 = list(rng.normal(5.0, 2.0, 20))
+    vec = [v + 3.0 + d for v, d in zip(sb3, rng.normal(0.0, 0.1, 20))]  # margin = 0.5 x ~2 = ~1
+    # the candidate also ran seeds 20-24, which sb3 did not: they pair with nothing
+    table = study.agreement(_runs(sb3, vec + [0.0] * 5, list(range(25))))
+    tested = table[table.outcome == "mean scalarised return"].iloc[0]
+    assert tested.n == 20 and tested.verdict == "different"
+
+
+def test_curves_of_runs_whose_directories_are_gone_are_kept(study: ModuleType, tmp_path: Path) -> None:
+    keys = {"env": "minecart", "budget": "reduced", "algo": "local", "engine": "sb3"}
+    old = pd.DataFrame(
+        [
+            keys | {"seed": s, "round": r, "env_steps_per_client": r * 10.0, "mean_eval_scalarised": s + r}
+            for s in (0, 1)
+            for r in (1, 2)
+        ]
+    )
+    committed = tmp_path / "curves.csv"
+    old.to_csv(committed, index=False)
+    # seed 1 was run again (its directory exists), seed 2 is new; seed 0's directory is gone
+    fresh = pd.DataFrame(
+        [
+            keys | {"seed": s, "round": r, "env_steps_per_client": r * 10.0, "mean_eval_scalarised": -1.0}
+            for s in (1, 2)
+            for r in (1, 2)
+        ]
+    )
+    merged = study.merged_curves(fresh, committed)
+    assert sorted(set(merged.seed)) == [0, 1, 2] and len(merged) == 6
+    assert (merged[merged.seed == 0].mean_eval_scalarised == [1.0, 2.0]).all()  # kept from curves.csv
+    assert (merged[merged.seed == 1].mean_eval_scalarised == -1.0).all()  # the run directory wins
