@@ -35,9 +35,12 @@ same bits on any machine with the same core type.
 from __future__ import annotations
 
 import argparse
+import fcntl
+import hashlib
 import json
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -133,6 +136,19 @@ def row(path: Path, budget: str, arm: str, commit: str) -> dict[str, object]:
     out["wall_time_s"] = metrics["wall_time_s"]
     out["commit"] = commit
     return out
+
+
+def append_row(path: Path, new: dict[str, object]) -> pd.DataFrame:
+    """Add one row to ``runs.csv`` and return the table. The file is re-read and rewritten under an
+    exclusive lock, so that several studies started in one checkout (other envs, other arms) never
+    drop each other's rows."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    with open(Path(tempfile.gettempdir()) / f"morlfed-engine-agreement-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        table = pd.read_csv(path) if path.exists() else pd.DataFrame()
+        table = pd.concat([table, pd.DataFrame([new])], ignore_index=True)
+        atomic_write_text(path, table.to_csv(index=False))
+    return table
 
 
 def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
@@ -309,9 +325,9 @@ def main(argv: list[str] | None = None) -> int:
         work = [job for job in work if (job[1], job[2], job[3], job[4], job[5]) not in done]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for job, path in zip(work, pool.map(lambda job: run_one(*job), work)):
-                table = pd.concat([table, pd.DataFrame([row(path, args.budget, job[4], commit)])], ignore_index=True)
-                atomic_write_text(existing, table.to_csv(index=False))
-                print(f"{path}: {table['mean_scalarised'].iloc[-1]:.3f}", flush=True)
+                added = row(path, args.budget, job[4], commit)
+                append_row(existing, added)
+                print(f"{path}: {added['mean_scalarised']:.3f}", flush=True)
     print(report(args.out, args.runs))
     return 0
 

@@ -3,8 +3,12 @@ on the tested outcome only, and curves that survive their run directories."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -81,3 +85,29 @@ def test_curves_of_runs_whose_directories_are_gone_are_kept(study: ModuleType, t
     assert sorted(set(merged.seed)) == [0, 1, 2] and len(merged) == 6
     assert (merged[merged.seed == 0].mean_eval_scalarised == [1.0, 2.0]).all()  # kept from curves.csv
     assert (merged[merged.seed == 1].mean_eval_scalarised == -1.0).all()  # the run directory wins
+
+
+def test_a_row_waits_for_another_study_that_is_writing(study: ModuleType, tmp_path: Path) -> None:
+    # two studies in one checkout (say minecart and mo-lunar-lander) append to one runs.csv: while
+    # one holds the file (read, append, write), the other's row waits, then lands next to it
+    runs_csv = tmp_path / "runs.csv"
+    study.append_row(runs_csv, {"env": "minecart", "seed": 0})
+    digest = hashlib.sha1(str(runs_csv.resolve()).encode()).hexdigest()[:12]
+    code = (
+        "import importlib.util; from pathlib import Path\n"
+        f"spec = importlib.util.spec_from_file_location('engine_agreement', {str(BENCH)!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        f"m.append_row(Path({str(runs_csv)!r}), {{'env': 'mo-lunar-lander', 'seed': 0}})\n"
+    )
+    with open(Path(tempfile.gettempdir()) / f"morlfed-engine-agreement-{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        other = subprocess.Popen([sys.executable, "-c", code])
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=5)  # it waits on the lock (importing the study takes ~2 s)
+        assert len(pd.read_csv(runs_csv)) == 1
+        # this study's own row, written while it holds the file
+        table = pd.concat([pd.read_csv(runs_csv), pd.DataFrame([{"env": "minecart", "seed": 1}])])
+        table.to_csv(runs_csv, index=False)
+    assert other.wait(timeout=60) == 0
+    table = pd.read_csv(runs_csv)
+    assert list(zip(table.env, table.seed)) == [("minecart", 0), ("minecart", 1), ("mo-lunar-lander", 0)]
