@@ -66,8 +66,9 @@ REFERENCE = "sb3"
 #: reported). A reduced budget keeps the spec's learning settings and ends far past the exploration
 #: phase (epsilon's decay covers ``exploration_fraction`` of the client's budget). It has 5 clients:
 #: a run's outcome is a mean over its clients, so its seed-to-seed spread, hence the margin, and
-#: the paired differences' spread all shrink alike with more clients; fewer clients per run buy the
-#: same verdict for less compute.
+#: the paired differences' spread all shrink alike with more clients, and a verdict needs about as
+#: many seeds either way. Fewer clients make each run cheaper; the margin, in the outcome's units,
+#: widens as 1 / sqrt(clients), so the claim is looser. 5 clients keep a federation for FedPref.
 BUDGETS: dict[str, dict[str, list[str]]] = {
     "deep-sea-treasure": {
         "reduced": ["n_clients=5", "rounds=20", "local_steps=1000", "eval_every=4"],
