@@ -52,6 +52,13 @@ def test_paired_differences_inside_the_margin_are_equivalent(study: ModuleType) 
     assert table[table.outcome == "hypervolume"].iloc[0].verdict == "reported, not tested"
 
 
+def test_fewer_than_the_minimum_pairs_get_no_verdict(study: ModuleType) -> None:
+    rng = np.random.default_rng(2)
+    sb3 = list(rng.normal(5.0, 2.0, study.MIN_PAIRS - 1))
+    table = study.agreement(_runs(sb3, list(sb3)))  # identical: equivalent, had it enough pairs
+    assert table[table.outcome == "mean scalarised return"].iloc[0].verdict == f"pending (n < {study.MIN_PAIRS})"
+
+
 def test_a_shift_beyond_the_margin_is_different_and_unpaired_seeds_are_dropped(study: ModuleType) -> None:
     rng = np.random.default_rng(1)
     sb3 = list(rng.normal(5.0, 2.0, 20))
