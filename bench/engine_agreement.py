@@ -298,7 +298,6 @@ def report(out: Path, runs: Path) -> str:
     curve = merged_curves(curves(runs, table), out / "curves.csv")
     if not curve.empty:
         atomic_write_text(out / "curves.csv", curve.to_csv(index=False))
-    if not curve.empty:
         figure(curve, out / "learning.png")
         text += ["![learning curves](learning.png)", ""]
     markdown_text = "\n".join(text)
