@@ -141,17 +141,21 @@ def row(path: Path, budget: str, arm: str, commit: str) -> dict[str, object]:
     return out
 
 
-def append_row(path: Path, new: dict[str, object]) -> pd.DataFrame:
-    """Add one row to ``runs.csv`` and return the table. The file is re-read and rewritten under an
-    exclusive lock, so that several studies started in one checkout (other envs, other arms) never
-    drop each other's rows."""
+def lock_path(path: Path) -> Path:
+    """The lock file that guards ``runs.csv`` at ``path`` (one per resolved path)."""
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
-    with open(Path(tempfile.gettempdir()) / f"morlfed-engine-agreement-{digest}.lock", "w") as lock:
+    return Path(tempfile.gettempdir()) / f"morlfed-engine-agreement-{digest}.lock"
+
+
+def append_row(path: Path, new: dict[str, object]) -> None:
+    """Add one row to ``runs.csv``. The file is re-read and rewritten under an exclusive lock, so
+    that several studies started in one checkout (other envs, other arms) never drop each other's
+    rows."""
+    with open(lock_path(path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         table = pd.read_csv(path) if path.exists() else pd.DataFrame()
         table = pd.concat([table, pd.DataFrame([new])], ignore_index=True)
         atomic_write_text(path, table.to_csv(index=False))
-    return table
 
 
 def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:

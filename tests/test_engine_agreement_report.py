@@ -4,11 +4,9 @@ on the tested outcome only, and curves that survive their run directories."""
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import importlib.util
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -99,14 +97,13 @@ def test_a_row_waits_for_another_study_that_is_writing(study: ModuleType, tmp_pa
     # one holds the file (read, append, write), the other's row waits, then lands next to it
     runs_csv = tmp_path / "runs.csv"
     study.append_row(runs_csv, {"env": "minecart", "seed": 0})
-    digest = hashlib.sha1(str(runs_csv.resolve()).encode()).hexdigest()[:12]
     code = (
         "import importlib.util; from pathlib import Path\n"
         f"spec = importlib.util.spec_from_file_location('engine_agreement', {str(BENCH)!r})\n"
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
         f"m.append_row(Path({str(runs_csv)!r}), {{'env': 'mo-lunar-lander', 'seed': 0}})\n"
     )
-    with open(Path(tempfile.gettempdir()) / f"morlfed-engine-agreement-{digest}.lock", "w") as lock:
+    with open(study.lock_path(runs_csv), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         other = subprocess.Popen([sys.executable, "-c", code])
         with pytest.raises(subprocess.TimeoutExpired):
