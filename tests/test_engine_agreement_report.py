@@ -50,6 +50,23 @@ def test_paired_differences_inside_the_margin_are_equivalent(study: ModuleType) 
     assert table[table.outcome == "hypervolume"].iloc[0].verdict == "reported, not tested"
 
 
+def test_the_strict_interval_holds_the_verdicts_interval(study: ModuleType) -> None:
+    rng = np.random.default_rng(3)
+    sb3 = list(rng.normal(5.0, 2.0, 30))
+    vec = [v + d for v, d in zip(sb3, rng.normal(0.2, 1.0, 30))]
+    table = study.agreement(_runs(sb3, vec))
+    row = table[table.outcome == "mean scalarised return"].iloc[0]
+
+    def bounds(text: str) -> tuple[float, float]:
+        low, high = text.strip("[]").split(", ")
+        return float(low), float(high)
+
+    (low90, high90), (low95, high95) = bounds(row["90% CI"]), bounds(row["95% CI"])
+    assert low95 < low90 < high90 < high95
+    # both centre on the mean paired difference
+    assert (low95 + high95) / 2 == pytest.approx((low90 + high90) / 2, abs=0.01)
+
+
 def test_fewer_than_the_minimum_pairs_get_no_verdict(study: ModuleType) -> None:
     rng = np.random.default_rng(2)
     sb3 = list(rng.normal(5.0, 2.0, study.MIN_PAIRS - 1))
