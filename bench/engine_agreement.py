@@ -28,8 +28,9 @@ Usage::
 
 Each run directory (``--runs``) that already holds ``metrics.json`` is reused, so a study can be
 extended seed by seed; ``runs.csv`` keeps one row per run with the commit that produced it. Runs
-use one torch thread and the sequential executor, so that every run of an engine computes the
-same bits on any machine with the same core type.
+use one torch thread, the sequential executor and the CPU (``device=cpu``, also on a machine with
+a GPU), so that every run of an engine computes the same bits on any machine with the same core
+type.
 """
 
 from __future__ import annotations
@@ -108,14 +109,19 @@ def run_dir(runs: Path, env: str, budget: str, algo: str, engine: str, seed: int
     return runs / env / budget / algo / f"{engine}_seed{seed}"
 
 
+def run_command(path: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> list[str]:
+    """The command line of one run of the study, writing to ``path``."""
+    args = [f"env={env}", f"algo={algo}", *ARMS[engine], f"seed={seed}", *BUDGETS[env][budget]]
+    # device=cpu: the study validates the CPU engines, also where a GPU would be the default
+    args += ["executor=sequential", "torch_threads=1", "device=cpu", "progress=false", f"hydra.run.dir={path}"]
+    return [sys.executable, "-m", "morlfed.run", *args]
+
+
 def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> Path:
     """Run (or reuse) one run of the study; return its directory."""
     if not (path / "metrics.json").exists():
-        args = [f"env={env}", f"algo={algo}", *ARMS[engine], f"seed={seed}", *BUDGETS[env][budget]]
-        args += ["executor=sequential", "torch_threads=1", "progress=false", f"hydra.run.dir={path}"]
-        done = subprocess.run(
-            [sys.executable, "-m", "morlfed.run", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        command = run_command(path, env, budget, algo, engine, seed)
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{path}: morlfed.run exited with {done.returncode}:\n{done.stderr[-2000:]}")
     return path

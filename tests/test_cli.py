@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from morlfed.analysis.evaluate import main as evaluate
 from morlfed.analysis.runs import LOG_FILES
@@ -60,6 +61,7 @@ def test_smoke_run_writes_every_file(smoke: Path):
     metrics = json.loads((smoke / "metrics.json").read_text())
     assert metrics["algo"] == "fedpref" and metrics["env"] == "deep-sea-treasure" and metrics["rounds"] == 2
     assert metrics["engine"] == "vectorised"  # engine=auto: the engine validated on deep-sea-treasure
+    assert metrics["device"] == ("cuda" if torch.cuda.is_available() else "cpu")  # device=auto, resolved
     assert metrics["undiscounted"]["mean_scalarised"] == pytest.approx(final["scalarised"].mean())
     assert metrics["discounted"]["igd"] is not None  # DST has a known front
     assert (final["env_steps"] == 600).all()  # the env steps each client took: 2 rounds x 300

@@ -1,7 +1,8 @@
 """StackedDQN against stable-baselines3: one batched gradient step equals ``DQN.train`` of every
 client's own SB3 agent on the same minibatch and parameters (Adam moments, masks, gradient
 clipping, the proximal term), the target update follows ``DQN._on_step``, a NaN stays in its
-client, and the flat layout is the SB3 client's."""
+client, and the flat layout is the SB3 client's. The gradient step is also checked on CUDA where a
+GPU is present (skipped otherwise)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from morlfed.tasks.rl.vectorised.rollout import flushed_denormals
 from morlfed.tasks.rl.vectorised.template import template_agent
 
 N, B, SEED = 3, 32, 0
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU"))]
 
 
 def make_spec(**agent_kwargs: object) -> envs.EnvSpec:
@@ -69,10 +71,16 @@ def feed(agent: DQN, batch: Batch, i: int) -> None:
     agent.replay_buffer.sample = lambda batch_size, env=None: samples  # type: ignore[union-attr, method-assign]
 
 
-def setup(spec: envs.EnvSpec) -> tuple[StackedDQN, list[DQN], torch.Generator]:
-    """A learner and N SB3 agents holding the same, client-specific online and target networks."""
+def on(batch: Batch, device: str) -> Batch:
+    """``batch`` with every tensor on ``device`` (the engine samples its batches where its replay lives)."""
+    return Batch(*(getattr(batch, f.name).to(device) for f in dataclasses.fields(Batch)))
+
+
+def setup(spec: envs.EnvSpec, device: str = "cpu") -> tuple[StackedDQN, list[DQN], torch.Generator]:
+    """A learner on ``device`` and N SB3 agents (on the CPU) holding the same, client-specific
+    online and target networks."""
     gen = torch.Generator().manual_seed(1)
-    learner = StackedDQN(N, template_agent(spec, envs.make_train_env(spec, [0.5, 0.5], None), SEED))
+    learner = StackedDQN(N, template_agent(spec, envs.make_train_env(spec, [0.5, 0.5], None), SEED), device)
     agents = []
     for i in range(N):
         online = learner.read(i) + 0.3 * torch.randn(learner.layout.dim, generator=gen)
@@ -85,18 +93,19 @@ def setup(spec: envs.EnvSpec) -> tuple[StackedDQN, list[DQN], torch.Generator]:
     return learner, agents, gen
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize(
     "max_grad_norm, activation", [(10.0, torch.nn.ReLU), (0.05, torch.nn.ReLU), (10.0, torch.nn.Tanh)]
 )
-def test_gradient_steps_equal_sb3_train_per_client(max_grad_norm: float, activation: type) -> None:
+def test_gradient_steps_equal_sb3_train_per_client(max_grad_norm: float, activation: type, device: str) -> None:
     policy_kwargs = {"net_arch": [64, 64], "activation_fn": activation}
-    learner, agents, gen = setup(make_spec(max_grad_norm=max_grad_norm, policy_kwargs=policy_kwargs))
-    no_prox, centre = torch.zeros(N), torch.zeros(N, learner.layout.dim)
+    learner, agents, gen = setup(make_spec(max_grad_norm=max_grad_norm, policy_kwargs=policy_kwargs), device)
+    no_prox, centre = torch.zeros(N, device=device), torch.zeros(N, learner.layout.dim, device=device)
     masks = [torch.ones(N, dtype=torch.bool), torch.tensor([True, False, True]), torch.ones(N, dtype=torch.bool)]
     for mask in masks:
         batch = random_batch(gen)
         before = [learner.read(i) for i in range(N)]
-        losses = learner.gradient_step(batch, mask, no_prox, centre)["loss"]
+        losses = learner.gradient_step(on(batch, device), mask.to(device), no_prox, centre)["loss"]
         for i, agent in enumerate(agents):
             if not mask[i]:
                 assert torch.equal(learner.read(i), before[i])  # untouched, exactly
@@ -106,7 +115,7 @@ def test_gradient_steps_equal_sb3_train_per_client(max_grad_norm: float, activat
             torch.testing.assert_close(learner.read(i), read_sb3(agent, learner), rtol=1e-5, atol=1e-6)
             assert losses[i].item() == pytest.approx(agent.logger.name_to_value["train/loss"], rel=1e-5)
         if max_grad_norm < 1:  # clipping was active: every client's applied gradient has norm max_grad_norm
-            norms = torch.linalg.vector_norm(learner.online.grad, dim=1)
+            norms = torch.linalg.vector_norm(learner.online.grad, dim=1).cpu()
             torch.testing.assert_close(norms, torch.full((N,), max_grad_norm), rtol=1e-4, atol=0)
     assert learner.optimiser.step_count.tolist() == [3.0, 2.0, 3.0]
 

@@ -31,11 +31,14 @@ def write_results(
     run: RunInfo,
     engine: str,
     precision: str = "fp32",
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.
 
     :param engine: the engine that trained the clients (recorded in ``metrics.json``)
     :param precision: the engine's arithmetic (recorded in ``metrics.json``)
+    :param device: where the clients' networks were trained, ``cpu`` or ``cuda`` (recorded in
+        ``metrics.json``)
     """
     m = len(spec.objectives)
     cids = sorted(outcome.evaluations)
@@ -66,7 +69,7 @@ def write_results(
         title=f"{spec.name} / {run.label} / {run.dist} / seed {run.fed.seed} (discounted returns, gamma {spec.gamma:g})",
     )
     metrics = {
-        **run.fields(env=spec.name, engine=engine, precision=precision),
+        **run.fields(env=spec.name, engine=engine, precision=precision, device=device),
         "wall_time_s": round(outcome.seconds, 2),
         **outcome.strategy_record(),
         **run.branched(),

@@ -136,7 +136,9 @@ class RLTask(Task):
         return factory(self.spec, self.preferences, fed.seed, total, torch_threads, self.device, **extra)
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
-        return report.write_results(run_dir, self.spec, self.preferences, outcome, run, self.engine, self.precision)
+        return report.write_results(
+            run_dir, self.spec, self.preferences, outcome, run, self.engine, self.precision, self.device
+        )
 
     def print_summary(self, outcome: FederationOutcome, metrics: dict[str, Any], path: Path) -> None:
         report.print_summary(self.preferences, outcome, metrics, path)
