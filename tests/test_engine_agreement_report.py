@@ -67,21 +67,24 @@ def test_the_strict_interval_holds_the_verdicts_interval(study: ModuleType) -> N
     assert (low95 + high95) / 2 == pytest.approx((low90 + high90) / 2, abs=0.01)
 
 
-def test_fewer_than_the_minimum_pairs_get_no_verdict(study: ModuleType) -> None:
+@pytest.mark.parametrize("n, expected", [(29, "pending (n < 30)"), (36, "interim (next look at n = 60)")])
+def test_only_the_planned_looks_get_a_verdict(study: ModuleType, n: int, expected: str) -> None:
+    assert study.LOOKS == (30, 60)
     rng = np.random.default_rng(2)
-    sb3 = list(rng.normal(5.0, 2.0, study.MIN_PAIRS - 1))
-    table = study.agreement(_runs(sb3, list(sb3)))  # identical: equivalent, had it enough pairs
-    assert table[table.outcome == "mean scalarised return"].iloc[0].verdict == f"pending (n < {study.MIN_PAIRS})"
+    sb3 = list(rng.normal(5.0, 2.0, n))
+    table = study.agreement(_runs(sb3, list(sb3)))  # identical: equivalent, were it read here
+    assert table[table.outcome == "mean scalarised return"].iloc[0].verdict == expected
 
 
-def test_a_shift_beyond_the_margin_is_different_and_unpaired_seeds_are_dropped(study: ModuleType) -> None:
+@pytest.mark.parametrize("n", [30, 60, 64])
+def test_a_shift_beyond_the_margin_is_different_and_unpaired_seeds_are_dropped(study: ModuleType, n: int) -> None:
     rng = np.random.default_rng(1)
-    sb3 = list(rng.normal(5.0, 2.0, 20))
-    vec = [v + 3.0 + d for v, d in zip(sb3, rng.normal(0.0, 0.1, 20))]  # margin = 0.5 x ~2 = ~1
-    # the candidate also ran seeds 20-24, which sb3 did not: they pair with nothing
-    table = study.agreement(_runs(sb3, vec + [0.0] * 5, list(range(25))))
+    sb3 = list(rng.normal(5.0, 2.0, n))
+    vec = [v + 3.0 + d for v, d in zip(sb3, rng.normal(0.0, 0.1, n))]  # margin = 0.5 x ~2 = ~1
+    # the candidate also ran 5 more seeds, which sb3 did not: they pair with nothing
+    table = study.agreement(_runs(sb3, vec + [0.0] * 5, list(range(n + 5))))
     tested = table[table.outcome == "mean scalarised return"].iloc[0]
-    assert tested.n == 20 and tested.verdict == "different"
+    assert tested.n == n and tested.verdict == "different"
 
 
 def test_curves_of_runs_whose_directories_are_gone_are_kept(study: ModuleType, tmp_path: Path) -> None:
