@@ -12,6 +12,11 @@ may round differently with another thread count. So:
   thread each, when the run is long enough to repay their start (``MIN_PARALLEL_STEPS`` env steps
   in all; a worker spends a few seconds importing torch and SB3); a shorter run stays in this
   process, on one thread.
+* A run whose clients train on CUDA (``device=cuda``, or ``auto`` on a machine with a GPU) stays
+  in one process under ``executor=auto``: worker processes would each open a context on the one
+  GPU, which then switches between them. Measured on an H200 (docs/engines.md, "GPU"): the
+  headline's rounds took 13-21 s with the vectorised engine in one process and 31-37 s with five
+  worker processes.
 * ``torch_threads=auto`` is one thread per worker under every executor, ``sequential`` included:
   more threads are ``torch_threads=N``'s to ask for.
 
@@ -86,7 +91,13 @@ def parse_threads(value: Any) -> int | None:
 
 
 def resolve(
-    executor: str, workers: int | None, torch_threads: Any, n_clients: int, total_steps: int, cores: int | None = None
+    executor: str,
+    workers: int | None,
+    torch_threads: Any,
+    n_clients: int,
+    total_steps: int,
+    cores: int | None = None,
+    gpu: bool = False,
 ) -> Parallelism:
     """The executor, worker count and threads a run uses (see the module docstring).
 
@@ -96,11 +107,12 @@ def resolve(
     :param n_clients: clients of the run
     :param total_steps: env steps of the whole run (clients x rounds x local steps)
     :param cores: the usable cores (default: :func:`available_cores`)
+    :param gpu: the clients train on CUDA (``auto`` then keeps them in one process)
     """
     cores = available_cores() if cores is None else cores
     threads = parse_threads(torch_threads)
     if executor == "auto":
-        parallel = cores > 1 and n_clients > 1 and total_steps >= MIN_PARALLEL_STEPS
+        parallel = not gpu and cores > 1 and n_clients > 1 and total_steps >= MIN_PARALLEL_STEPS
         executor = "process" if parallel else "sequential"
     if executor == "sequential":
         workers = 1

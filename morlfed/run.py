@@ -121,7 +121,12 @@ def build_plan(cfg: DictConfig) -> Plan:
     options = {k: v for k, v in cfg.executor.items() if k != "name"}
     try:
         parallelism = resolve_parallelism(
-            cfg.executor.name, options.get("workers"), cfg.torch_threads, n, n * rounds * steps
+            cfg.executor.name,
+            options.get("workers"),
+            cfg.torch_threads,
+            n,
+            n * rounds * steps,
+            gpu=task.device == "cuda",
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc

@@ -30,6 +30,13 @@ def test_auto_keeps_a_short_run_or_a_single_core_in_one_single_threaded_process(
     assert resolve("auto", None, "auto", n_clients=1, total_steps=10 * LONG, cores=4).executor == "sequential"
 
 
+def test_auto_keeps_a_run_on_cuda_in_one_process() -> None:
+    # worker processes would share the one GPU, switching contexts (docs/engines.md, "GPU")
+    assert resolve("auto", None, "auto", 10, 10 * LONG, cores=16, gpu=True) == Parallelism("sequential", 1, 1, 16)
+    # an explicit executor still wins
+    assert resolve("process", 5, "auto", 10, 10 * LONG, cores=16, gpu=True) == Parallelism("process", 5, 1, 16)
+
+
 def test_explicit_settings_win() -> None:
     # an explicit executor: auto threads are one per worker (two sequential sweeps side by side
     # must not each take every core's thread)

@@ -74,6 +74,9 @@ class Task(ABC):
     :cvar round_metrics: client training metrics whose round mean goes to ``rounds.csv``
     :cvar budget_unit: what ``local_steps`` counts (``env steps``, ``epochs``), as the progress
         bar and the launch summary name it
+
+    An instance's ``device`` says where its clients' networks train (``cpu`` or ``cuda``):
+    ``executor=auto`` keeps a run on CUDA in one process.
     """
 
     name: ClassVar[str]
@@ -83,6 +86,7 @@ class Task(ABC):
     dist_use: ClassVar[str] = ""
     round_metrics: ClassVar[tuple[str, ...]] = ()
     budget_unit: ClassVar[str] = "steps"
+    device: str = "cpu"
 
     @classmethod
     @abstractmethod
