@@ -15,7 +15,7 @@ may round differently with another thread count. So:
 * A run whose clients train on CUDA (``device=cuda``, or ``auto`` on a machine with a GPU) stays
   in one process under ``executor=auto``: worker processes would each open a context on the one
   GPU, which then switches between them. Measured on an H200 (docs/engines.md, "GPU"): the
-  headline's rounds took 13-21 s with the vectorised engine in one process and 31-37 s with five
+  headline's rounds took 13-21 s with the vectorised engine in one process and 30-37 s with five
   worker processes.
 * ``torch_threads=auto`` is one thread per worker under every executor, ``sequential`` included:
   more threads are ``torch_threads=N``'s to ask for.

@@ -7,9 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import CliRunner
+import torch
+from conftest import CliRunner, compose_config
 
+from morlfed import parallelism
 from morlfed.parallelism import MIN_PARALLEL_STEPS, Parallelism, resolve
+from morlfed.run import build_plan
 
 LONG = MIN_PARALLEL_STEPS  # a run just long enough for worker processes
 
@@ -88,3 +91,22 @@ def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path
     final = (tmp_path / "one" / "final.csv").read_bytes()
     assert (tmp_path / "two" / "final.csv").read_bytes() == final
     assert (tmp_path / "split" / "final.csv").read_bytes() == final
+
+
+@pytest.mark.parametrize("device, executor", [("cpu", "process"), ("cuda", "sequential")])
+def test_the_cli_keeps_a_cuda_run_in_one_process(monkeypatch: pytest.MonkeyPatch, device: str, executor: str) -> None:
+    # a machine with 4 cores and, as far as torch can tell, a GPU: device=auto resolves to cuda
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(parallelism, "available_cores", lambda: 4)
+    overrides = ["env=mo-lunar-lander", "engine=vectorised", f"device={device}"]
+    plan = build_plan(compose_config([*overrides, "rounds=20", "local_steps=5000"]))
+    try:
+        assert plan.parallelism.executor == executor
+        assert plan.parallelism.workers == (1 if device == "cuda" else 4)
+    finally:
+        plan.executor.close()
+    auto = build_plan(compose_config(["env=mo-lunar-lander", "engine=vectorised", "device=auto"]))
+    try:
+        assert auto.parallelism.executor == "sequential"
+    finally:
+        auto.executor.close()
