@@ -12,11 +12,11 @@ may round differently with another thread count. So:
   thread each, when the run is long enough to repay their start (``MIN_PARALLEL_STEPS`` env steps
   in all; a worker spends a few seconds importing torch and SB3); a shorter run stays in this
   process, on one thread.
-* A run whose clients train on CUDA (``device=cuda``, or ``auto`` on a machine with a GPU) stays
-  in one process under ``executor=auto``: worker processes would each open a context on the one
-  GPU, which then switches between them. Measured on an H200 (docs/engines.md, "GPU"): the
-  headline's rounds took 13-21 s with the vectorised engine in one process and 30-37 s with five
-  worker processes.
+* A run that trains its clients as one batch on a GPU (the vectorised engine on CUDA: the task's
+  ``gpu_batched``) stays in one process under ``executor=auto``: worker processes would each open
+  a context on the one GPU, which then switches between them. Measured on an H200
+  (docs/engines.md, "GPU"): the headline's rounds took 13-21 s in one process and 30-37 s with
+  five worker processes. The SB3 engine on CUDA keeps its workers (not measured either way).
 * ``torch_threads=auto`` is one thread per worker under every executor, ``sequential`` included:
   more threads are ``torch_threads=N``'s to ask for.
 
@@ -97,7 +97,7 @@ def resolve(
     n_clients: int,
     total_steps: int,
     cores: int | None = None,
-    gpu: bool = False,
+    gpu_batched: bool = False,
 ) -> Parallelism:
     """The executor, worker count and threads a run uses (see the module docstring).
 
@@ -107,12 +107,13 @@ def resolve(
     :param n_clients: clients of the run
     :param total_steps: env steps of the whole run (clients x rounds x local steps)
     :param cores: the usable cores (default: :func:`available_cores`)
-    :param gpu: the clients train on CUDA (``auto`` then keeps them in one process)
+    :param gpu_batched: the clients train as one batch on a GPU (``auto`` then keeps them in one
+        process)
     """
     cores = available_cores() if cores is None else cores
     threads = parse_threads(torch_threads)
     if executor == "auto":
-        parallel = not gpu and cores > 1 and n_clients > 1 and total_steps >= MIN_PARALLEL_STEPS
+        parallel = not gpu_batched and cores > 1 and n_clients > 1 and total_steps >= MIN_PARALLEL_STEPS
         executor = "process" if parallel else "sequential"
     if executor == "sequential":
         workers = 1

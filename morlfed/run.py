@@ -126,7 +126,7 @@ def build_plan(cfg: DictConfig) -> Plan:
             cfg.torch_threads,
             n,
             n * rounds * steps,
-            gpu=task.device == "cuda",
+            gpu_batched=task.gpu_batched,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc

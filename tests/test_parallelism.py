@@ -33,11 +33,12 @@ def test_auto_keeps_a_short_run_or_a_single_core_in_one_single_threaded_process(
     assert resolve("auto", None, "auto", n_clients=1, total_steps=10 * LONG, cores=4).executor == "sequential"
 
 
-def test_auto_keeps_a_run_on_cuda_in_one_process() -> None:
+def test_auto_keeps_a_batch_on_a_gpu_in_one_process() -> None:
     # worker processes would share the one GPU, switching contexts (docs/engines.md, "GPU")
-    assert resolve("auto", None, "auto", 10, 10 * LONG, cores=16, gpu=True) == Parallelism("sequential", 1, 1, 16)
+    one = Parallelism("sequential", 1, 1, 16)
+    assert resolve("auto", None, "auto", 10, 10 * LONG, cores=16, gpu_batched=True) == one
     # an explicit executor still wins
-    assert resolve("process", 5, "auto", 10, 10 * LONG, cores=16, gpu=True) == Parallelism("process", 5, 1, 16)
+    assert resolve("process", 5, "auto", 10, 10 * LONG, cores=16, gpu_batched=True) == Parallelism("process", 5, 1, 16)
 
 
 def test_explicit_settings_win() -> None:
@@ -93,20 +94,19 @@ def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path
     assert (tmp_path / "split" / "final.csv").read_bytes() == final
 
 
-@pytest.mark.parametrize("device, executor", [("cpu", "process"), ("cuda", "sequential")])
-def test_the_cli_keeps_a_cuda_run_in_one_process(monkeypatch: pytest.MonkeyPatch, device: str, executor: str) -> None:
+@pytest.mark.parametrize(
+    "engine, device, workers",
+    [("vectorised", "cuda", 1), ("vectorised", "auto", 1), ("vectorised", "cpu", 4), ("sb3", "cuda", 4)],
+)
+def test_the_cli_keeps_the_vectorised_engine_on_cuda_in_one_process(
+    monkeypatch: pytest.MonkeyPatch, engine: str, device: str, workers: int
+) -> None:
     # a machine with 4 cores and, as far as torch can tell, a GPU: device=auto resolves to cuda
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(parallelism, "available_cores", lambda: 4)
-    overrides = ["env=mo-lunar-lander", "engine=vectorised", f"device={device}"]
-    plan = build_plan(compose_config([*overrides, "rounds=20", "local_steps=5000"]))
+    plan = build_plan(compose_config(["env=mo-lunar-lander", f"engine={engine}", f"device={device}"]))
     try:
-        assert plan.parallelism.executor == executor
-        assert plan.parallelism.workers == (1 if device == "cuda" else 4)
+        assert plan.parallelism.executor == ("sequential" if workers == 1 else "process")
+        assert plan.parallelism.workers == workers
     finally:
         plan.executor.close()
-    auto = build_plan(compose_config(["env=mo-lunar-lander", "engine=vectorised", "device=auto"]))
-    try:
-        assert auto.parallelism.executor == "sequential"
-    finally:
-        auto.executor.close()

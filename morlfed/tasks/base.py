@@ -74,9 +74,6 @@ class Task(ABC):
     :cvar round_metrics: client training metrics whose round mean goes to ``rounds.csv``
     :cvar budget_unit: what ``local_steps`` counts (``env steps``, ``epochs``), as the progress
         bar and the launch summary name it
-
-    An instance's ``device`` says where its clients' networks train (``cpu`` or ``cuda``):
-    ``executor=auto`` keeps a run on CUDA in one process.
     """
 
     name: ClassVar[str]
@@ -86,7 +83,6 @@ class Task(ABC):
     dist_use: ClassVar[str] = ""
     round_metrics: ClassVar[tuple[str, ...]] = ()
     budget_unit: ClassVar[str] = "steps"
-    device: str = "cpu"
 
     @classmethod
     @abstractmethod
@@ -97,6 +93,12 @@ class Task(ABC):
     @abstractmethod
     def describe(self) -> str:
         """What the run trains on, for the run directory's default name (the env or dataset)."""
+
+    @property
+    def gpu_batched(self) -> bool:
+        """Whether the clients train as one batched computation on a GPU, which worker processes
+        would only contend for: ``executor=auto`` then keeps the run in one process."""
+        return False
 
     def describe_training(self) -> str:
         """How the clients train, for the run's launch summary (RL: the engine and device)."""

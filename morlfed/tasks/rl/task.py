@@ -109,6 +109,11 @@ class RLTask(Task):
     def describe(self) -> str:
         return self.spec.name
 
+    @property
+    def gpu_batched(self) -> bool:
+        """The vectorised engine on CUDA: every worker's clients are one batch on the GPU."""
+        return self.engine == "vectorised" and self.device == "cuda"
+
     def describe_training(self) -> str:
         return f"engine={self.engine}, device={self.device}"
 
