@@ -21,19 +21,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from morlfed.envs import get_spec, make_train_env
+from morlfed.envs import EnvSpec, get_spec, make_train_env
 
 DEFAULT_ENVS = ("deep-sea-treasure", "minecart", "mo-lunar-lander", "mo-lunar-lander-continuous")
 
 
-def seconds_per_step(name: str, steps: int, seed: int) -> float:
-    """Mean wall seconds of one step of ``name``'s training env over ``steps`` random steps.
+def seconds_per_step(spec: EnvSpec, steps: int, seed: int) -> float:
+    """Mean wall seconds of one step of ``spec``'s training env over ``steps`` random steps.
 
-    :param name: an env spec
+    :param spec: the env spec
     :param steps: env steps to time (resets after an episode's end included)
     :param seed: seeds the env and the actions
     """
-    spec = get_spec(name)
     m = len(spec.objectives)
     env = make_train_env(spec, [1.0 / m] * m, seed=seed)
     env.action_space.seed(seed)
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'env':28} {'us/step':>8} {'clients x steps':>16} {'stepping per round (1 core)':>28}")
     for name in args.envs:
         spec = get_spec(name)
-        per_step = seconds_per_step(name, args.steps, args.seed)
+        per_step = seconds_per_step(spec, args.steps, args.seed)
         steps = spec.n_clients * spec.local_steps
         print(
             f"{name:28} {per_step * 1e6:8.0f} {f'{spec.n_clients} x {spec.local_steps}':>16} {per_step * steps:27.1f}s"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -60,6 +61,20 @@ def morlfed_cli() -> CliRunner:
         )
 
     return run
+
+
+def load_bench(name: str) -> ModuleType:
+    """The script ``bench/<name>.py`` imported as module ``name`` (registered in ``sys.modules``,
+    which its dataclasses need).
+
+    :param name: the script's file name without ``.py``
+    """
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def skip_if_unavailable(name: str) -> None:

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "env_step.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("env_step", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["env_step"] = module
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_bench
 
 
 def test_it_prints_each_envs_step_cost_and_round_floor(capsys: pytest.CaptureFixture[str]) -> None:
-    bench = _bench()
+    bench = load_bench("env_step")
     assert bench.main(["--envs", "deep-sea-treasure", "minecart", "--steps", "300"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:3]}
     assert set(rows) == {"deep-sea-treasure", "minecart"}

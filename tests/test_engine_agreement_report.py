@@ -4,7 +4,6 @@ on the tested outcome only, and curves that survive their run directories."""
 from __future__ import annotations
 
 import fcntl
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +12,14 @@ from types import ModuleType
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import load_bench
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "engine_agreement.py"
 
 
 @pytest.fixture(scope="module")
 def study() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("engine_agreement", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["engine_agreement"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("engine_agreement")
 
 
 def _runs(sb3: list[float], vec: list[float], seeds: list[int] | None = None) -> pd.DataFrame:

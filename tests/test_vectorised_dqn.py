@@ -105,7 +105,7 @@ def test_gradient_steps_equal_sb3_train_per_client(max_grad_norm: float, activat
     for mask in masks:
         batch = random_batch(gen)
         before = [learner.read(i) for i in range(N)]
-        losses = learner.gradient_step(on(batch, device), mask.to(device), no_prox, centre)["loss"]
+        losses = learner.gradient_step(on(batch, device), mask, no_prox, centre)["loss"]  # mask: CPU, as the engine
         for i, agent in enumerate(agents):
             if not mask[i]:
                 assert torch.equal(learner.read(i), before[i])  # untouched, exactly
