@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 from conftest import load_bench
 
+from morlfed import envs
+
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "engine_agreement.py"
 
 
@@ -130,3 +132,17 @@ def test_a_row_waits_for_another_study_that_is_writing(study: ModuleType, tmp_pa
     assert other.wait(timeout=60) == 0
     table = pd.read_csv(runs_csv)
     assert list(zip(table.env, table.seed)) == [("minecart", 0), ("minecart", 1), ("mo-lunar-lander", 0)]
+
+
+def test_a_spec_says_vectorised_only_where_the_committed_study_found_equivalence(study: ModuleType) -> None:
+    # the rule: an env spec's engine follows the committed verdicts, both ways (a spec may
+    # not say vectorised without them, nor stay sb3 once both reduced-budget rows are equivalent)
+    table = study.agreement(pd.read_csv(BENCH.parents[1] / "docs" / "results" / "engine-agreement" / "runs.csv"))
+    tested = table[(table.budget == "reduced") & (table.candidate == "vectorised")]
+    tested = tested[tested.outcome == study.OUTCOMES["mean_scalarised"]]
+    assert "equivalent" in set(tested.verdict)  # the committed table has verdicts to follow
+    for name in envs.available():
+        rows = tested[tested.env == name]
+        verdicts = dict(zip(rows.algo, rows.verdict))
+        validated = verdicts.get("local") == "equivalent" and verdicts.get("fedpref") == "equivalent"
+        assert (envs.get_spec(name).engine == "vectorised") == validated, (name, verdicts)
