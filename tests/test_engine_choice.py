@@ -14,14 +14,17 @@ PREFS_2 = np.array([[0.5, 0.5], [1.0, 0.0]])
 
 
 def test_auto_is_the_env_specs_engine() -> None:
-    for name in ("deep-sea-treasure", "minecart"):
+    auto = {
+        "deep-sea-treasure": "vectorised",
+        "minecart": "vectorised",
+        "mo-lunar-lander": "sb3",
+        "mo-lunar-lander-continuous": "sb3",
+        "mo-halfcheetah": "sb3",
+    }
+    for name, engine in auto.items():
         spec = envs.get_spec(name)
         prefs = np.full((2, spec.n_objectives), 1 / spec.n_objectives)
-        assert RLTask(spec, prefs, "auto").engine == "vectorised", name
-    for name in ("mo-lunar-lander", "mo-lunar-lander-continuous", "mo-halfcheetah"):
-        spec = envs.get_spec(name)
-        prefs = np.full((2, spec.n_objectives), 1 / spec.n_objectives)
-        assert RLTask(spec, prefs, "auto").engine == "sb3", name
+        assert RLTask(spec, prefs, "auto").engine == engine, name
     # an explicit choice wins over the spec's
     assert RLTask(envs.get_spec("deep-sea-treasure"), PREFS_2, "sb3").engine == "sb3"
     assert RLTask(envs.get_spec("minecart"), np.full((2, 3), 1 / 3), "sb3").engine == "sb3"
