@@ -27,7 +27,8 @@ Usage::
     python bench/engine_agreement.py --report-only        # rebuild agreement.md and learning.png
 
 Each run directory (``--runs``) that already holds ``metrics.json`` is reused, so a study can be
-extended seed by seed; ``runs.csv`` keeps one row per run with the commit that produced it. Runs
+extended seed by seed; ``runs.csv`` keeps one row per run with the commit that produced it (the
+one its ``metrics.json`` records under ``code``; the study's checkout for a run older than that). Runs
 use one torch thread, the sequential executor and the CPU (``device=cpu``, also on a machine with
 a GPU), so that every run of an engine computes the same bits on any machine with the same core
 type.
@@ -136,9 +137,19 @@ def current_commit() -> str:
     return done.stdout.strip()
 
 
+def run_commit(metrics: dict[str, object], fallback: str) -> str:
+    """The commit that produced a run, as its ``metrics.json`` records it (``+modified`` when tracked
+    files differed from it); ``fallback`` for a run written before runs recorded their code."""
+    code = metrics.get("code")
+    if not isinstance(code, dict) or not code.get("commit"):
+        return fallback
+    return str(code["commit"]) + ("+modified" if code.get("modified") else "")
+
+
 def row(path: Path, budget: str, arm: str, commit: str) -> dict[str, object]:
     """One ``runs.csv`` row from a finished run directory; a run in which a client fit failed is
-    no sample of either engine's training and stops the study."""
+    no sample of either engine's training and stops the study. ``commit``: the study's checkout,
+    recorded for a run whose ``metrics.json`` does not name its own (:func:`run_commit`)."""
     failed = pd.read_csv(path / "rounds.csv")["failed"].dropna()
     if not failed.empty:
         raise RuntimeError(f"{path}: client fits failed in round(s) {failed.index.tolist()}: {failed.iloc[0]}")
@@ -149,7 +160,7 @@ def row(path: Path, budget: str, arm: str, commit: str) -> dict[str, object]:
     out["rounds"] = metrics["rounds"]
     out["env_steps_per_client"] = metrics["env_steps_per_client"]["mean"]
     out["wall_time_s"] = metrics["wall_time_s"]
-    out["commit"] = commit
+    out["commit"] = run_commit(metrics, commit)
     return out
 
 

@@ -44,6 +44,7 @@ from morlfed.overrides import check_creatable, check_new_run_dir, group_options,
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
 from morlfed.progress import counted
+from morlfed.provenance import code_version, describe_code
 from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_command, resume_point, sibling_source
 from morlfed.rundir import RunDirectory
 from morlfed.runstatus import StopRecord, clear_stopped, write_stopped
@@ -158,7 +159,9 @@ def build_plan(cfg: DictConfig) -> Plan:
         round_metrics=kind.round_metrics,
         budget_unit=kind.budget_unit,
     )
-    run = RunInfo(choices["algo"], fed.finetune, choices["dist"], fed, parallelism=parallelism.record())
+    run = RunInfo(
+        choices["algo"], fed.finetune, choices["dist"], fed, parallelism=parallelism.record(), code=code_version()
+    )
     tracker_options: dict[str, Any] = OmegaConf.to_container(cfg.logger, resolve=True)  # type: ignore[assignment]
     try:
         tracker = tracker_class(tracker_options.pop("_target_"), choices["logger"])
@@ -203,6 +206,7 @@ def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, 
     hydra_cfg, fed = HydraConfig.get(), plan.fed
     log.info("morlfed run %s in %s", plan.name, out.absolute())
     log.info("command line: %s", " ".join(hydra_cfg.overrides.task) or "(defaults)")
+    log.info("code: %s", describe_code(plan.run.code))
     log.info(
         "task=%s algo=%s finetune=%s dist=%s seed=%d n_clients=%d rounds=%d local_steps=%d participation=%g "
         "eval_every=%d executor=%s workers=%s torch_threads=%d logger=%s",

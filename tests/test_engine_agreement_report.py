@@ -146,3 +146,13 @@ def test_a_spec_says_vectorised_only_where_the_committed_study_found_equivalence
         verdicts = dict(zip(rows.algo, rows.verdict))
         validated = verdicts.get("local") == "equivalent" and verdicts.get("fedpref") == "equivalent"
         assert (envs.get_spec(name).engine == "vectorised") == validated, (name, verdicts)
+
+
+def test_a_row_names_the_commit_its_run_records(study: ModuleType) -> None:
+    """A reused run keeps its own commit, not the checkout's that extends the study."""
+    code = {"morlfed": "0.1.0", "commit": "abc1234", "modified": False}
+    assert study.run_commit({"code": code}, "fff0000") == "abc1234"
+    assert study.run_commit({"code": code | {"modified": True}}, "fff0000") == "abc1234+modified"
+    # runs written before metrics.json recorded its code, or outside a checkout: the study's commit
+    assert study.run_commit({}, "fff0000") == "fff0000"
+    assert study.run_commit({"code": code | {"commit": None, "modified": None}}, "fff0000") == "fff0000"

@@ -32,6 +32,7 @@ class RunInfo:
     :param branched_from: the run this one branched from, if any
     :param parallelism: the executor, workers, torch threads and cores the run used
         (:meth:`morlfed.parallelism.Parallelism.record`)
+    :param code: the code that ran (:func:`morlfed.provenance.code_version`)
     """
 
     algo: str
@@ -40,6 +41,7 @@ class RunInfo:
     fed: FederationConfig
     branched_from: Path | None = None
     parallelism: dict[str, Any] = field(default_factory=dict)
+    code: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -49,12 +51,12 @@ class RunInfo:
     def fields(self, **task_fields: Any) -> dict[str, Any]:
         """The identity as stored first in ``metrics.json``: algo, finetune, label, the task's own
         fields (environment, dataset, ...), dist, seed, clients, rounds, local steps, then the
-        executor, workers, torch threads and cores the run used."""
+        executor, workers, torch threads and cores the run used, and the code that ran."""
         fed = self.fed
         out = {"algo": self.algo, "finetune": self.finetune, "label": self.label, **task_fields}
         out |= {"dist": self.dist, "seed": fed.seed, "n_clients": fed.n_clients, "rounds": fed.rounds}
         out["local_steps"] = fed.local_steps
-        return out | self.parallelism
+        return out | self.parallelism | {"code": self.code}
 
     def branched(self) -> dict[str, str]:
         """``{"branched_from": path}`` for a branched run, else empty."""

@@ -1,0 +1,69 @@
+"""Which code produced a run (``morlfed.provenance``): the commit of a git checkout, whether its
+tracked files were modified, nothing invented outside a checkout; and the run directory keeps it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import morlfed
+from morlfed.provenance import code_version, describe_code
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture()
+def checkout(tmp_path: Path) -> Path:
+    """A one-commit git checkout with one tracked file."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    _git(root, "init", "-q")
+    (root / "tracked.py").write_text("x = 1\n")
+    _git(root, "add", "tracked.py")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    return root
+
+
+def test_a_clean_checkout_names_its_commit(checkout: Path) -> None:
+    code = code_version(checkout)
+    assert code == {
+        "morlfed": morlfed.__version__,
+        "commit": _git(checkout, "rev-parse", "--short", "HEAD"),
+        "modified": False,
+    }
+    assert describe_code(code) == f"morlfed {morlfed.__version__}, commit {code['commit']}"
+
+
+def test_an_edited_tracked_file_marks_the_run_modified_and_an_untracked_one_does_not(checkout: Path) -> None:
+    (checkout / "scratch.txt").write_text("a run directory, a note")
+    assert code_version(checkout)["modified"] is False
+    (checkout / "tracked.py").write_text("x = 2\n")
+    code = code_version(checkout)
+    assert code["modified"] is True
+    assert describe_code(code).endswith("(tracked files modified)")
+
+
+def test_outside_a_checkout_the_commit_is_unknown_not_guessed(tmp_path: Path) -> None:
+    code = code_version(tmp_path)
+    assert code == {"morlfed": morlfed.__version__, "commit": None, "modified": None}
+    assert describe_code(code) == f"morlfed {morlfed.__version__}, not a git checkout"
+
+
+def test_a_run_records_the_code_that_ran(tmp_path: Path, morlfed_cli) -> None:
+    """metrics.json and run.log name the package's own checkout and commit."""
+    out = tmp_path / "run"
+    done = morlfed_cli(
+        ["algo=local", "n_clients=2", "rounds=1", "local_steps=100", "progress=false", f"hydra.run.dir={out}"]
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = code_version()
+    assert json.loads((out / "metrics.json").read_text())["code"] == expected
+    assert f"code: {describe_code(expected)}" in (out / "run.log").read_text()
