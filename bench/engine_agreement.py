@@ -55,6 +55,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from morlfed.analysis.equivalence import Equivalence, paired_equivalence, standardised_margin
+from morlfed.provenance import code_version
 from morlfed.rundir import atomic_write_text
 
 #: The arms of the study: the reference (sb3) and each candidate, by the overrides that select it.
@@ -132,9 +133,12 @@ def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int
 
 
 def current_commit() -> str:
-    """The short commit hash of the checkout that runs the study."""
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-    return done.stdout.strip()
+    """The short commit hash of the checkout that runs the study (:func:`morlfed.provenance.code_version`,
+    the record its new runs keep); a study outside a git checkout is refused."""
+    commit = code_version()["commit"]
+    if commit is None:
+        raise SystemExit("bench/engine_agreement.py: run it from a git checkout, so that every row names its commit")
+    return str(commit)
 
 
 def run_commit(metrics: dict[str, object], fallback: str) -> str:
