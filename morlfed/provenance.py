@@ -27,15 +27,26 @@ def _git(root: Path, *args: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+#: tracked files that cannot change a run's numbers, as git pathspecs from the checkout's top: the
+#: documentation and the results committed under docs/ (a study that writes its report into the
+#: checkout it runs from must not mark its own later runs modified)
+NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md")
+
+
 def code_version(root: Path = PACKAGE_ROOT) -> dict[str, Any]:
     """The running code: ``{"morlfed": version, "commit": short hash or None, "modified": bool or
-    None}``. ``modified`` is true when tracked files differ from the commit (the run's numbers
-    then belong to no commit exactly); both are ``None`` outside a git checkout.
+    None}``. ``modified`` is true when tracked files that can change a run's numbers (all but
+    :data:`NOT_CODE`) differ from the commit (the run's numbers then belong to no commit
+    exactly); both are ``None`` outside a git checkout.
 
     :param root: a directory of the package's checkout (default: the installed package's)
     """
     commit = _git(root, "rev-parse", "--short", "HEAD")
-    status = None if commit is None else _git(root, "status", "--porcelain", "--untracked-files=no")
+    status = (
+        None
+        if commit is None
+        else _git(root, "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *NOT_CODE)
+    )
     return {
         "morlfed": morlfed.__version__,
         "commit": commit,

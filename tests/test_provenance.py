@@ -51,6 +51,24 @@ def test_an_edited_tracked_file_marks_the_run_modified_and_an_untracked_one_does
     assert describe_code(code).endswith("(tracked files modified)")
 
 
+def test_documentation_and_committed_results_are_not_code(checkout: Path) -> None:
+    """A study writes its report (docs/results/...) into the checkout its runs import: that must
+    not mark them modified; a change to the code under the same checkout still does."""
+    (checkout / "docs" / "results").mkdir(parents=True)
+    (checkout / "docs" / "results" / "runs.csv").write_text("seed\n0\n")
+    (checkout / "README.md").write_text("# readme\n")
+    (checkout / "pkg").mkdir()
+    (checkout / "pkg" / "notes.md").write_text("notes\n")
+    _git(checkout, "add", ".")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
+    (checkout / "docs" / "results" / "runs.csv").write_text("seed\n0\n1\n")
+    (checkout / "README.md").write_text("# readme, edited\n")
+    (checkout / "pkg" / "notes.md").write_text("notes, edited\n")
+    assert code_version(checkout / "pkg")["modified"] is False
+    (checkout / "tracked.py").write_text("x = 2\n")
+    assert code_version(checkout / "pkg")["modified"] is True
+
+
 def test_outside_a_checkout_the_commit_is_unknown_not_guessed(tmp_path: Path) -> None:
     code = code_version(tmp_path)
     assert code == {"morlfed": morlfed.__version__, "commit": None, "modified": None}
