@@ -17,7 +17,7 @@ def test_auto_is_the_env_specs_engine() -> None:
     auto = {
         "deep-sea-treasure": "vectorised",
         "minecart": "vectorised",
-        "mo-lunar-lander": "sb3",
+        "mo-lunar-lander": "vectorised",
         "mo-lunar-lander-continuous": "sb3",
         "mo-halfcheetah": "sb3",
     }
@@ -28,7 +28,9 @@ def test_auto_is_the_env_specs_engine() -> None:
     # an explicit choice wins over the spec's
     assert RLTask(envs.get_spec("deep-sea-treasure"), PREFS_2, "sb3").engine == "sb3"
     assert RLTask(envs.get_spec("minecart"), np.full((2, 3), 1 / 3), "sb3").engine == "sb3"
-    assert RLTask(envs.get_spec("mo-lunar-lander"), np.full((2, 4), 1 / 4), "vectorised").engine == "vectorised"
+    assert RLTask(envs.get_spec("mo-lunar-lander"), np.full((2, 4), 1 / 4), "sb3").engine == "sb3"
+    spec = envs.get_spec("mo-lunar-lander-continuous")
+    assert RLTask(spec, np.full((2, 4), 1 / 4), "vectorised").engine == "vectorised"
 
 
 def test_spec_engines_are_the_tasks_engines() -> None:
