@@ -17,8 +17,9 @@ the optimiser's one memory-bound pass takes.
 
 **Projection.** ``--round`` also runs the headline command for one round
 (``python -m morlfed.run env=mo-lunar-lander dist=dirichlet rounds=1`` with the engine and
-precision asked for, everything else at its default, so on all cores), and projects the full run as
-its setup and final evaluation plus the spec's rounds times the measured round.
+precision asked for and the executor and workers that ``executor=auto`` picks for the full run, so
+on all cores; everything else at its default), and projects the full run as its setup and final
+evaluation plus the spec's rounds times the measured round.
 
     python bench/engine_floor.py                          # step / floor ratio, one thread
     python bench/engine_floor.py --precision bf16         # the same in bfloat16
@@ -43,6 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from morlfed.envs import get_spec
+from morlfed.parallelism import cpu_model, resolve
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.engine import stacked_algorithm
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
@@ -115,10 +117,16 @@ def timed(fn: Callable[[], None], repeats: int) -> float:
 
 
 def projected_headline(engine: str, precision: str) -> tuple[float, dict]:
-    """Run the headline for one round; return its projected full wall time and its metrics."""
+    """Run the headline for one round; return its projected full wall time and its metrics.
+
+    The round runs on the executor and workers that ``executor=auto`` gives the full run: one round
+    alone is too short for auto to start worker processes (``MIN_PARALLEL_STEPS``), so left to
+    itself it would time a sequential round that the headline never runs."""
     spec = get_spec("mo-lunar-lander")
+    full = resolve("auto", None, "auto", spec.n_clients, spec.n_clients * spec.rounds * spec.local_steps)
+    executor = [f"executor={full.executor}"] + ([f"executor.workers={full.workers}"] if full.workers else [])
     with tempfile.TemporaryDirectory() as tmp:
-        args = [*HEADLINE, "rounds=1", f"engine={engine}", f"precision={precision}", "progress=false"]
+        args = [*HEADLINE, "rounds=1", f"engine={engine}", f"precision={precision}", *executor, "progress=false"]
         subprocess.run(
             [sys.executable, "-m", "morlfed.run", *args, f"hydra.run.dir={tmp}/run"], check=True, capture_output=True
         )
@@ -159,6 +167,9 @@ def main() -> None:
         f"{args.env}: {args.clients} clients, {layers} Q-networks, batch {batch}, {args.precision}, "
         f"{args.threads} thread(s), median of {args.blocks} blocks x {args.steps} steps"
     )
+    # the ratio depends on the core type: the faster its matrix products, the more the step's
+    # memory-bound passes weigh against them (docs/engines.md, "Speed")
+    print(f"cpu: {cpu_model()}, torch {torch.__version__}")
     print(f"engine step   {engine_ms:7.2f} ms")
     print(f"floor (bmm)   {floor_ms:7.2f} ms")
     print(f"ratio         {engine_ms / floor_ms:7.2f}   (goal <= 1.3)")

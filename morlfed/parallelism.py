@@ -33,7 +33,9 @@ Explicit settings always win: ``executor=sequential``, ``executor.workers=N``,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: Env steps of a whole run (clients x rounds x local steps) from which ``executor=auto`` starts
@@ -42,6 +44,24 @@ from typing import Any
 MIN_PARALLEL_STEPS = 200_000
 #: The executors whose ``workers`` option places clients on separate processes or actors.
 _WORKER_EXECUTORS = ("process", "ray")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The processor's model name (``/proc/cpuinfo``'s ``model name`` on Linux, else what
+    :func:`platform.processor` reports; ``unknown`` when neither says). A run's wall time depends on
+    it as much as on the core count: the same 2-core budget costs twice as much on one core type
+    as on another (docs/engines.md, "Speed").
+
+    :param cpuinfo: where the kernel describes the processors
+    """
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 def available_cores() -> int:
@@ -60,12 +80,14 @@ class Parallelism:
         ``None`` where a Ray cluster decides
     :param torch_threads: torch intra-op threads in each worker
     :param cores: the cores the run may use on this machine
+    :param cpu: the processor's model name (:func:`cpu_model`)
     """
 
     executor: str
     workers: int | None
     torch_threads: int
     cores: int
+    cpu: str = field(default_factory=cpu_model, compare=False)
 
     def record(self) -> dict[str, Any]:
         """The fields ``metrics.json`` records."""
@@ -74,6 +96,7 @@ class Parallelism:
             "workers": self.workers,
             "torch_threads": self.torch_threads,
             "cores": self.cores,
+            "cpu": self.cpu,
         }
 
 

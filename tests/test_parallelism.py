@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,7 @@ def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path
     assert (two["executor"], two["workers"], two["torch_threads"]) == ("sequential", 1, 2)
     assert (split["executor"], split["workers"]) == ("process", 2)
     assert one["engine"] == two["engine"] == split["engine"] == engine
+    assert one["cpu"] == parallelism.cpu_model() != ""
     final = (tmp_path / "one" / "final.csv").read_bytes()
     assert (tmp_path / "two" / "final.csv").read_bytes() == final
     assert (tmp_path / "split" / "final.csv").read_bytes() == final
@@ -110,3 +112,11 @@ def test_the_cli_keeps_the_vectorised_engine_on_cuda_in_one_process(
         assert plan.parallelism.workers == workers
     finally:
         plan.executor.close()
+
+
+def test_cpu_model_reads_the_model_name(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
+    assert parallelism.cpu_model(cpuinfo) == "AMD EPYC 9654 96-Core Processor"
+    # no /proc/cpuinfo (macOS, Windows): what the platform module says, never an empty string
+    assert parallelism.cpu_model(tmp_path / "absent") == (platform.processor() or "unknown")

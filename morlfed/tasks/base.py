@@ -30,7 +30,7 @@ class RunInfo:
     :param dist: the ``dist`` option
     :param fed: the loop's settings (seed, clients, rounds, local steps)
     :param branched_from: the run this one branched from, if any
-    :param parallelism: the executor, workers, torch threads and cores the run used
+    :param parallelism: the executor, workers, torch threads, cores and processor the run used
         (:meth:`morlfed.parallelism.Parallelism.record`)
     :param code: the code that ran (:func:`morlfed.provenance.code_version`)
     """
@@ -51,7 +51,7 @@ class RunInfo:
     def fields(self, **task_fields: Any) -> dict[str, Any]:
         """The identity as stored first in ``metrics.json``: algo, finetune, label, the task's own
         fields (environment, dataset, ...), dist, seed, clients, rounds, local steps, then the
-        executor, workers, torch threads and cores the run used, and the code that ran."""
+        executor, workers, torch threads, cores and processor the run used, and the code that ran."""
         fed = self.fed
         out = {"algo": self.algo, "finetune": self.finetune, "label": self.label, **task_fields}
         out |= {"dist": self.dist, "seed": fed.seed, "n_clients": fed.n_clients, "rounds": fed.rounds}
