@@ -20,6 +20,12 @@ def _git(root: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
 
 
+def _commit_all(root: Path, message: str) -> None:
+    """Commit every file under ``root`` (with an identity of its own: CI's git may have none)."""
+    _git(root, "add", ".")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+
+
 @pytest.fixture()
 def checkout(tmp_path: Path) -> Path:
     """A one-commit git checkout with one tracked file."""
@@ -27,8 +33,7 @@ def checkout(tmp_path: Path) -> Path:
     root.mkdir()
     _git(root, "init", "-q")
     (root / "tracked.py").write_text("x = 1\n")
-    _git(root, "add", "tracked.py")
-    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    _commit_all(root, "one")
     return root
 
 
@@ -59,8 +64,7 @@ def test_documentation_and_committed_results_are_not_code(checkout: Path) -> Non
     (checkout / "README.md").write_text("# readme\n")
     (checkout / "pkg").mkdir()
     (checkout / "pkg" / "notes.md").write_text("notes\n")
-    _git(checkout, "add", ".")
-    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "two")
+    _commit_all(checkout, "two")
     (checkout / "docs" / "results" / "runs.csv").write_text("seed\n0\n1\n")
     (checkout / "README.md").write_text("# readme, edited\n")
     (checkout / "pkg" / "notes.md").write_text("notes, edited\n")
