@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,23 +80,21 @@ class Parallelism:
         ``None`` where a Ray cluster decides
     :param torch_threads: torch intra-op threads in each worker
     :param cores: the cores the run may use on this machine
-    :param cpu: the processor's model name (:func:`cpu_model`)
     """
 
     executor: str
     workers: int | None
     torch_threads: int
     cores: int
-    cpu: str = field(default_factory=cpu_model, compare=False)
 
     def record(self) -> dict[str, Any]:
-        """The fields ``metrics.json`` records."""
+        """The fields ``metrics.json`` records, with the processor's model (:func:`cpu_model`)."""
         return {
             "executor": self.executor,
             "workers": self.workers,
             "torch_threads": self.torch_threads,
             "cores": self.cores,
-            "cpu": self.cpu,
+            "cpu": cpu_model(),
         }
 
 
