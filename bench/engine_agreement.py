@@ -26,8 +26,9 @@ Usage::
     python bench/engine_agreement.py --env mo-lunar-lander --arms sb3 vectorised vectorised-bf16 --seeds 0-29
     python bench/engine_agreement.py --report-only        # rebuild agreement.md and learning.png
 
-Each run directory (``--runs``) that already holds ``metrics.json`` is reused, so a study can be
-extended seed by seed; ``runs.csv`` keeps one row per run with the commit that produced it (the
+Each run directory (``--runs``) that already holds ``metrics.json`` is reused, and one that a run
+left unfinished (stopped by a signal or killed) is continued with ``resume=`` from its latest
+checkpoint, so a study can be extended seed by seed and across working sessions; ``runs.csv`` keeps one row per run with the commit that produced it (the
 one its ``metrics.json`` records under ``code``; the study's checkout for a run older than that). Runs
 use one torch thread, the sequential executor and the CPU (``device=cpu``, also on a machine with
 a GPU), so that every run of an engine computes the same bits on any machine with the same core
@@ -51,6 +52,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -116,19 +118,47 @@ def run_dir(runs: Path, env: str, budget: str, algo: str, engine: str, seed: int
 
 def run_command(path: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> list[str]:
     """The command line of one run of the study, writing to ``path``."""
+    return [
+        sys.executable,
+        "-m",
+        "morlfed.run",
+        *run_overrides(env, budget, algo, engine, seed),
+        f"hydra.run.dir={path}",
+    ]
+
+
+def run_overrides(env: str, budget: str, algo: str, engine: str, seed: int) -> list[str]:
+    """The hydra overrides of one run of the study (its output directory aside)."""
     args = [f"env={env}", f"algo={algo}", *ARMS[engine], f"seed={seed}", *BUDGETS[env][budget]]
     # device=cpu: the study validates the CPU engines, also where a GPU would be the default
-    args += ["executor=sequential", "torch_threads=1", "device=cpu", "progress=false", f"hydra.run.dir={path}"]
-    return [sys.executable, "-m", "morlfed.run", *args]
+    return [*args, "executor=sequential", "torch_threads=1", "device=cpu", "progress=false"]
 
 
 def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int) -> Path:
-    """Run (or reuse) one run of the study; return its directory."""
-    if not (path / "metrics.json").exists():
+    """Run, continue or reuse one run of the study; return its directory.
+
+    A directory holding ``metrics.json`` is reused. One that a run left unfinished (stopped by a
+    signal, as at the end of a working session, or killed) is continued in place with ``resume=``
+    from its latest checkpoint, which computes exactly what an uninterrupted run does
+    (docs/scale.md), so a long study goes on where it stopped; its saved overrides must be the ones
+    this run of the study would be given."""
+    if (path / "metrics.json").exists():
+        return path
+    saved = path / ".hydra" / "overrides.yaml"
+    if saved.is_file():
+        overrides = [o for o in yaml.safe_load(saved.read_text()) if not o.startswith("resume=")]
+        expected = run_overrides(env, budget, algo, engine, seed)
+        if overrides != expected:
+            raise RuntimeError(
+                f"{path}: an unfinished run with other overrides ({' '.join(overrides)}) than this study's "
+                f"({' '.join(expected)}); move it away or give another --runs"
+            )
+        command = [sys.executable, "-m", "morlfed.run", f"resume={path}"]
+    else:
         command = run_command(path, env, budget, algo, engine, seed)
-        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            raise RuntimeError(f"{path}: morlfed.run exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{path}: morlfed.run exited with {done.returncode}:\n{done.stderr[-2000:]}")
     return path
 
 

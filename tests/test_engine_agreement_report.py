@@ -4,8 +4,10 @@ on the tested outcome only, and curves that survive their run directories."""
 from __future__ import annotations
 
 import fcntl
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -156,3 +158,37 @@ def test_a_row_names_the_commit_its_run_records(study: ModuleType) -> None:
     # runs written before metrics.json recorded its code, or outside a checkout: the study's commit
     assert study.run_commit({}, "fff0000") == "fff0000"
     assert study.run_commit({"code": code | {"commit": None, "modified": None}}, "fff0000") == "fff0000"
+
+
+def test_an_unfinished_run_with_other_overrides_is_refused(study: ModuleType, tmp_path: Path) -> None:
+    """The study continues an unfinished run only when it is the run the study would start there."""
+    path = tmp_path / "local" / "vectorised_seed0"
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("- env=deep-sea-treasure\n- algo=fedavg\n- seed=0\n")
+    with pytest.raises(RuntimeError, match="an unfinished run with other overrides"):
+        study.run_one(path, "deep-sea-treasure", "reduced", "local", "vectorised", 0)
+    assert not (path / "metrics.json").exists()
+
+
+@pytest.mark.slow
+def test_a_stopped_run_is_continued_and_ends_as_an_uninterrupted_one(
+    study: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped by SIGTERM (a working session's end) is resumed in place by the study, not
+    refused or started over, and its final table is the uninterrupted run's."""
+    tiny = ["n_clients=2", "rounds=3", "local_steps=3000"]
+    monkeypatch.setitem(study.BUDGETS, "deep-sea-treasure", {"reduced": tiny})
+    key = ("deep-sea-treasure", "reduced", "local", "vectorised", 0)
+    whole = study.run_one(tmp_path / "whole", *key)
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen(study.run_command(stopped, *key), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (stopped / "checkpoints" / "round_1" / "server.pt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its round-1 checkpoint"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    assert (stopped / "stopped.json").exists() and not (stopped / "metrics.json").exists()
+    study.run_one(stopped, *key)
+    assert (stopped / "metrics.json").exists() and not (stopped / "stopped.json").exists()
+    pd.testing.assert_frame_equal(pd.read_csv(stopped / "final.csv"), pd.read_csv(whole / "final.csv"))
