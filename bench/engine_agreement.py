@@ -63,7 +63,7 @@ from morlfed.rundir import atomic_write_text
 #: The arms of the study: the reference (sb3) and each candidate, by the overrides that select it.
 ARMS: dict[str, list[str]] = {
     "sb3": ["engine=sb3"],
-    "vectorised": ["engine=vectorised"],
+    "vectorised": ["engine=vectorised", "precision=fp32"],  # fp32 also where a spec's precision=auto would say bf16
     "vectorised-bf16": ["engine=vectorised", "precision=bf16"],
 }
 REFERENCE = "sb3"

@@ -41,6 +41,8 @@ ENV_CONF_DIR: Path = CONF_DIR / "env"
 AGENTS: tuple[str, ...] = ("dqn", "ddpg")
 #: Engines an env spec can name as its default (``engine=auto``); see morlfed/tasks/rl/task.py.
 SPEC_ENGINES: tuple[str, ...] = ("sb3", "vectorised")
+#: Precisions an env spec can name as its default (``precision=auto``); see morlfed/tasks/rl/precision.py.
+SPEC_PRECISIONS: tuple[str, ...] = ("fp32", "bf16")
 
 # agent_kwargs keys that morlfed's RL client consumes itself instead of passing them to SB3.
 _NON_SB3_KWARGS = {"ddpg": {"action_noise_std"}, "dqn": set()}
@@ -82,6 +84,10 @@ class EnvSpec:
         engine: the engine ``engine=auto`` (the default) trains this env's clients with:
             ``vectorised`` where its paired equivalence study with ``sb3`` allows it
             (docs/results/engine-agreement; docs/engines.md, Validation), ``sb3`` elsewhere.
+        precision: the arithmetic ``precision=auto`` (the default) trains this env's clients with
+            when the engine is the vectorised one and the device computes bfloat16 natively:
+            ``bf16`` (a DQN spec with ``engine: vectorised`` only) where the paired study found the
+            ``vectorised-bf16`` arm equivalent to ``sb3``, ``fp32`` elsewhere.
         seeds_global_numpy: the env draws from numpy's *global* RNG internally; the factory
             isolates and seeds that RNG per env (see :mod:`envs.factory`).
         ref_point_undiscounted: the reference point of the undiscounted returns, where their
@@ -107,6 +113,7 @@ class EnvSpec:
     rounds: int
     local_steps: int
     engine: str = "sb3"
+    precision: str = "fp32"
     seeds_global_numpy: bool = False
     ref_point_undiscounted: tuple[float, ...] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -125,6 +132,13 @@ class EnvSpec:
             raise ValueError(f"{where}: agent must be one of {', '.join(AGENTS)}, got {self.agent!r}")
         if self.engine not in SPEC_ENGINES:
             raise ValueError(f"{where}: engine must be one of {', '.join(SPEC_ENGINES)}, got {self.engine!r}")
+        if self.precision not in SPEC_PRECISIONS:
+            raise ValueError(f"{where}: precision must be one of {', '.join(SPEC_PRECISIONS)}, got {self.precision!r}")
+        if self.precision != "fp32" and (self.agent != "dqn" or self.engine != "vectorised"):
+            raise ValueError(
+                f"{where}: precision {self.precision} is implemented by the vectorised engine's DQN; this spec "
+                f"has agent {self.agent}, engine {self.engine}: set precision: fp32"
+            )
 
         objectives = tuple(str(o) for o in _as_sequence(self.objectives, "objectives", where))
         if len(objectives) < 2:
@@ -221,7 +235,7 @@ class EnvSpec:
         """Build a spec from a composed hydra/omegaconf node (``cfg.env``) or a plain mapping.
 
         Interpolations are resolved (``agent_kwargs.gamma: ${..gamma}`` follows ``env.gamma``).
-        Every field except ``engine``, ``seeds_global_numpy``, ``ref_point_undiscounted``,
+        Every field except ``engine``, ``precision``, ``seeds_global_numpy``, ``ref_point_undiscounted``,
         ``env_kwargs`` and ``agent_kwargs`` is required;
         unknown keys raise ``ValueError`` so that a typo in an override does not pass silently.
         """
@@ -237,7 +251,7 @@ class EnvSpec:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown env spec field(s) {unknown}; valid: {sorted(names)}")
-        optional = {"engine", "seeds_global_numpy", "ref_point_undiscounted", "env_kwargs", "agent_kwargs"}
+        optional = {"engine", "precision", "seeds_global_numpy", "ref_point_undiscounted", "env_kwargs", "agent_kwargs"}
         missing = sorted(names - optional - set(data))
         if missing:
             label = data.get("name", "<unnamed>")

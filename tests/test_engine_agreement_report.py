@@ -136,18 +136,35 @@ def test_a_row_waits_for_another_study_that_is_writing(study: ModuleType, tmp_pa
     assert list(zip(table.env, table.seed)) == [("minecart", 0), ("minecart", 1), ("mo-lunar-lander", 0)]
 
 
+def _validated(study: ModuleType, candidate: str) -> dict[str, dict[str, str]]:
+    """Per env, the committed reduced-budget verdicts of ``candidate`` against sb3 by algo."""
+    table = study.agreement(pd.read_csv(BENCH.parents[1] / "docs" / "results" / "engine-agreement" / "runs.csv"))
+    tested = table[(table.budget == "reduced") & (table.candidate == candidate)]
+    tested = tested[tested.outcome == study.OUTCOMES["mean_scalarised"]]
+    return {name: dict(zip(rows.algo, rows.verdict)) for name, rows in tested.groupby("env")}
+
+
+def _both_equivalent(verdicts: dict[str, str]) -> bool:
+    return verdicts.get("local") == "equivalent" and verdicts.get("fedpref") == "equivalent"
+
+
 def test_a_spec_says_vectorised_only_where_the_committed_study_found_equivalence(study: ModuleType) -> None:
     # the issue's rule: an env spec's engine follows the committed verdicts, both ways (a spec may
     # not say vectorised without them, nor stay sb3 once both reduced-budget rows are equivalent)
-    table = study.agreement(pd.read_csv(BENCH.parents[1] / "docs" / "results" / "engine-agreement" / "runs.csv"))
-    tested = table[(table.budget == "reduced") & (table.candidate == "vectorised")]
-    tested = tested[tested.outcome == study.OUTCOMES["mean_scalarised"]]
-    assert "equivalent" in set(tested.verdict)  # the committed table has verdicts to follow
+    verdicts = _validated(study, "vectorised")
+    assert any(_both_equivalent(v) for v in verdicts.values())  # the committed table has verdicts to follow
     for name in envs.available():
-        rows = tested[tested.env == name]
-        verdicts = dict(zip(rows.algo, rows.verdict))
-        validated = verdicts.get("local") == "equivalent" and verdicts.get("fedpref") == "equivalent"
-        assert (envs.get_spec(name).engine == "vectorised") == validated, (name, verdicts)
+        v = verdicts.get(name, {})
+        assert (envs.get_spec(name).engine == "vectorised") == _both_equivalent(v), (name, v)
+
+
+def test_a_spec_says_bf16_only_where_the_committed_study_found_the_bf16_arm_equivalent(study: ModuleType) -> None:
+    # the same rule for precision=auto: bf16 becomes an env's default once both reduced-budget rows
+    # of the vectorised-bf16 arm are equivalent to sb3, never before
+    verdicts = _validated(study, "vectorised-bf16")
+    for name in envs.available():
+        v = verdicts.get(name, {})
+        assert (envs.get_spec(name).precision == "bf16") == _both_equivalent(v), (name, v)
 
 
 def test_a_row_names_the_commit_its_run_records(study: ModuleType) -> None:

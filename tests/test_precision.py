@@ -12,6 +12,8 @@ import torch
 from conftest import CliRunner
 
 from morlfed.envs import get_spec
+from morlfed.tasks.rl import precision
+from morlfed.tasks.rl.task import RLTask
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.engine import stacked_algorithm
 from morlfed.tasks.rl.vectorised.learner import Batch
@@ -89,7 +91,7 @@ def test_an_unknown_precision_or_a_ddpg_learner_is_refused() -> None:
     ("overrides", "message"),
     [
         (["precision=bf16", "engine=sb3"], "precision=bf16 is implemented by the vectorised engine's DQN"),
-        (["precision=fp16"], "precision must be one of fp32, bf16"),
+        (["precision=fp16"], "precision must be one of fp32, bf16, auto"),
     ],
 )
 def test_the_cli_refuses_what_is_not_implemented(
@@ -107,3 +109,42 @@ def test_a_bf16_run_records_its_precision(morlfed_cli: CliRunner, tmp_path: Path
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert (metrics["engine"], metrics["precision"]) == ("vectorised", "bf16")
+
+
+def test_bf16_is_native_where_the_processor_names_bfloat16_instructions(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\n")
+    assert not precision.bf16_native("cpu", cpuinfo)
+    for flag in ("avx512_bf16", "amx_bf16"):
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu avx512f {flag} avx512bw\n")
+        assert precision.bf16_native("cpu", cpuinfo)
+    assert not precision.bf16_native("cpu", tmp_path / "absent")
+
+
+def test_auto_takes_the_spec_precision_only_with_the_vectorised_engine_on_native_bf16(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bf16_spec, fp32_spec = get_spec("mo-lunar-lander").replace(precision="bf16"), get_spec("mo-lunar-lander")
+    native = {"value": True}
+    monkeypatch.setattr(precision, "bf16_native", lambda device: native["value"])
+    assert precision.resolve_precision("auto", bf16_spec, "vectorised", "cpu") == "bf16"
+    assert precision.resolve_precision("auto", bf16_spec, "sb3", "cpu") == "fp32"
+    assert precision.resolve_precision("auto", fp32_spec, "vectorised", "cpu") == "fp32"
+    assert precision.resolve_precision("fp32", bf16_spec, "vectorised", "cpu") == "fp32"  # an explicit setting wins
+    prefs = np.full((2, 4), 0.25)
+    assert RLTask(bf16_spec, prefs, "auto", "cpu", "auto").precision == "bf16"  # the spec's engine: vectorised
+    assert RLTask(bf16_spec, prefs, "sb3", "cpu", "auto").precision == "fp32"
+    native["value"] = False  # torch would emulate bfloat16 products, slower than float32 ones
+    assert precision.resolve_precision("auto", bf16_spec, "vectorised", "cpu") == "fp32"
+    assert RLTask(bf16_spec, prefs, "auto", "cpu", "auto").precision == "fp32"
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto"):
+        precision.resolve_precision("fp16", fp32_spec, "vectorised", "cpu")
+
+
+def test_a_spec_names_bf16_only_for_the_vectorised_dqn() -> None:
+    with pytest.raises(ValueError, match="precision bf16 is implemented by the vectorised engine's DQN"):
+        get_spec("mo-lunar-lander").replace(engine="sb3", precision="bf16")
+    with pytest.raises(ValueError, match="precision bf16 is implemented by the vectorised engine's DQN"):
+        get_spec("mo-lunar-lander-continuous").replace(precision="bf16")
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        get_spec("mo-lunar-lander").replace(precision="fp16")

@@ -20,7 +20,7 @@ from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory
 from morlfed.tasks.rl.factory import RLFactory
-from morlfed.tasks.rl.vectorised.dqn import PRECISIONS
+from morlfed.tasks.rl.precision import resolve_precision
 
 
 def _sb3_factory() -> type[RLFactory]:
@@ -59,8 +59,10 @@ class RLTask(Task):
         implement what the spec asks for raises ``ValueError`` here
         (:meth:`~morlfed.tasks.rl.factory.RLFactory.check_spec`)
     :param device: the torch device of the clients' networks (``cpu`` or ``cuda``)
-    :param precision: the vectorised engine's arithmetic: ``fp32`` or ``bf16`` (bfloat16 matrix
-        products; refused with ``sb3``)
+    :param precision: the vectorised engine's arithmetic: ``fp32``, ``bf16`` (bfloat16 matrix
+        products; refused with ``sb3``) or ``auto`` (the env spec's ``precision`` where the engine is
+        the vectorised one and the device computes bfloat16 natively, else ``fp32``:
+        :func:`~morlfed.tasks.rl.precision.resolve_precision`)
     """
 
     name = "rl"
@@ -78,13 +80,13 @@ class RLTask(Task):
         if engine not in ENGINES:
             raise ValueError(f"engine={engine} is not an engine; valid: auto, {', '.join(ENGINES)}")
         ENGINES[engine]().check_spec(spec)
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        precision = resolve_precision(precision, spec, engine, device)
         if precision != "fp32" and (engine != "vectorised" or spec.agent != "dqn"):
             raise ValueError(
                 f"precision={precision} is implemented by the vectorised engine's DQN; this run has "
                 f"engine={engine} (env {spec.name}, agent {spec.agent}): add engine=vectorised, or precision=fp32"
             )
+        #: the gradient steps' arithmetic (``auto`` resolved)
         self.precision = precision
         #: the engine that trains the clients (``auto`` resolved)
         self.engine = engine
