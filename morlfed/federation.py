@@ -95,7 +95,8 @@ class FederationOutcome:
 
     :param evaluations: each client's evaluation of its deployed model
     :param model_ids: each client's deployed model id or cluster (:data:`MODEL_ID_NOTE`)
-    :param seconds: wall time of the loop
+    :param seconds: wall time of the loop; in a run resumed in place, from its start: the
+        seconds its checkpoint recorded (the rounds before it) plus this process's (``seconds_before``)
     :param steps_spent: each client's local budget spent training over the run (RL: env steps),
         the sum of its usable fits' ``FitResult.steps_spent``; ``None`` for a client that did not
         report it (or in a run resumed from a checkpoint that predates the count)
@@ -107,6 +108,10 @@ class FederationOutcome:
         ``None``; logged as a warning and stored in ``metrics.json``
     :param split_events: every cluster split of the run (:meth:`Strategy.split_events`), ``None``
         for a strategy that does not split clusters
+    :param resumed_after: the round of the checkpoint a run resumed in place continued from;
+        ``None``: it ran from its start (or branched: a new run)
+    :param seconds_before: the loop's seconds up to that checkpoint (``None``: a checkpoint that
+        predates the record, so ``seconds`` counts this process's rounds only)
     """
 
     evaluations: dict[int, Evaluation]
@@ -116,6 +121,17 @@ class FederationOutcome:
     inert_warning: str | None = None
     loss_steps_spent: dict[int, int | None] = field(default_factory=dict)
     split_events: list[dict[str, Any]] | None = None
+    resumed_after: int | None = None
+    seconds_before: float | None = None
+
+    def time_record(self) -> dict[str, Any]:
+        """What ``metrics.json`` keeps of the run's time: ``wall_time_s``, and for a run resumed in
+        place the round it continued after and the seconds recorded before it."""
+        record: dict[str, Any] = {"wall_time_s": round(self.seconds, 2)}
+        if self.resumed_after is not None:
+            before = None if self.seconds_before is None else round(self.seconds_before, 2)
+            record |= {"resumed_after_round": self.resumed_after, "wall_time_before_resume_s": before}
+        return record
 
     def strategy_record(self) -> dict[str, Any]:
         """What ``metrics.json`` keeps of the strategy's own account of the run: ``inert_warning``,
@@ -172,13 +188,23 @@ class Federation:
         init, layout = executor.initial()
         strategy.setup(cfg.n_clients, init, layout, generator(cfg.seed, "strategy"))
         self.start_round = 1
+        #: a run resumed in place: the round it continues after and the loop's seconds until then
+        self._resumed_after: int | None = None
+        self._seconds_before: float | None = 0.0
+        self._started = time.perf_counter()
         self._finetuned: dict[int, torch.Tensor] = {}
         self._steps_spent: dict[int, int | None] = dict.fromkeys(range(cfg.n_clients), 0)
         self._loss_steps_spent: dict[int, int | None] = dict.fromkeys(range(cfg.n_clients), 0)
 
-    def resume(self, path: Path) -> None:
+    def resume(self, path: Path, in_place: bool = True) -> None:
         """Continue from the checkpoint at ``path``: strategy, "+FT" models, global RNGs, every
-        client's state and the logs up to its round; the next :meth:`run` starts after it."""
+        client's state and the logs up to its round; the next :meth:`run` starts after it.
+
+        :param path: the checkpoint
+        :param in_place: the same run goes on (``resume=``), so its wall time goes on from the
+            checkpoint's; ``False``: a new run starts from it (``branch_from=``), and its wall time
+            counts its own rounds only
+        """
         state = load_server_state(path)
         self.strategy.load_state_dict(state["strategy"])
         self.executor.load_clients(Path(path) / "clients")
@@ -188,6 +214,8 @@ class Federation:
         self._loss_steps_spent = dict(state.get("loss_steps_spent", unknown))
         set_global_rng_state(state["global_rng"])
         self.start_round = state["round"] + 1
+        if in_place:
+            self._resumed_after, self._seconds_before = state["round"], state.get("seconds")
         if self.run_dir is not None:
             rounds, clusters = state["logs"]["rounds.csv"], state["logs"]["clusters.jsonl"]
             self.run_dir.restore_logs(csv_rows(rounds), clusters.splitlines())
@@ -207,6 +235,7 @@ class Federation:
             "loss_steps_spent": dict(self._loss_steps_spent),
             "global_rng": global_rng_state(),
             "logs": logs,
+            "seconds": self._elapsed(),
         }
         assert self.checkpointer is not None, "only a run with a checkpointer writes checkpoints"
         return self.checkpointer.save(rnd, state, self.executor)
@@ -214,7 +243,8 @@ class Federation:
     def run(self) -> FederationOutcome:
         """Run the remaining rounds, then evaluate every client's deployed model (raises
         :class:`~morlfed.interrupt.RunStopped` when a signal stops it)."""
-        cfg, started, stop = self.cfg, time.perf_counter(), self.stop
+        cfg, stop = self.cfg, self.stop
+        self._started = time.perf_counter()
         budgets = [len(participants_for(cfg, r)) * cfg.local_steps for r in range(1, cfg.rounds + 1)]
         with stop if self.checkpointer else contextlib.nullcontext():
             with RoundProgress(budgets, self.start_round, cfg.budget_unit, cfg.progress) as progress:
@@ -236,16 +266,25 @@ class Federation:
                 self.tracker.log_round(cfg.rounds, {"eval/mean_scalarised": final})
         finetuned = self._finetuned
         model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
-        seconds = time.perf_counter() - started
+        elapsed = self._elapsed()
         return FederationOutcome(
             evaluations,
             model_ids,
-            seconds,
+            time.perf_counter() - self._started if elapsed is None else elapsed,
             dict(self._steps_spent),
             inert,
             dict(self._loss_steps_spent),
             self.strategy.split_events(),
+            self._resumed_after,
+            self._seconds_before,
         )
+
+    def _elapsed(self) -> float | None:
+        """The loop's seconds since the run's start, the rounds before a resume included (``None``:
+        a checkpoint that predates the record did not say how long they took)."""
+        if self._seconds_before is None:
+            return None
+        return self._seconds_before + time.perf_counter() - self._started
 
     def _round(self, rnd: int, progress: RoundProgress) -> None:
         """Round ``rnd``: configure, fit (a stop abandons the round there), aggregate (or keep the

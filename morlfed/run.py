@@ -373,7 +373,7 @@ def _run(
         checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
         federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir, checkpointer, tracker, stop)
         if checkpoint is not None:
-            federation.resume(checkpoint)
+            federation.resume(checkpoint, in_place=source is None)
         outcome = federation.run()
         metrics = plan.task.write_results(run_dir, outcome, plan.run)
         checkpointer.finish()

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from morlfed.checkpoint import Checkpointer
+from morlfed.checkpoint import Checkpointer, load_server_state
 from morlfed.envs import get_spec
 from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
@@ -99,8 +99,17 @@ def test_ctrl_c_in_round_2_stops_at_once_then_resume_equals_uninterrupted(whole,
     fed = federation(stopped, FACTORY)  # a fresh process' view: new clients, new strategy
     fed.resume(Checkpointer(stopped).latest())
     assert fed.start_round == 2
+    recorded = load_server_state(stopped / "checkpoints" / "round_1")["seconds"]
     resumed = fed.run()
     assert_same_outcome(resumed, whole)
+    # the wall time is the run's, not this process's: the checkpoint's seconds for round 1, plus the rest
+    assert resumed.time_record() == {
+        "wall_time_s": round(resumed.seconds, 2),
+        "resumed_after_round": 1,
+        "wall_time_before_resume_s": round(recorded, 2),
+    }
+    assert 0 < recorded < resumed.seconds
+    assert whole.time_record() == {"wall_time_s": round(whole.seconds, 2)}
     for a, b in zip(rows(stopped), rows(whole_dir), strict=True):
         assert (a["round"], a["mean_train_reward"], a["n_clusters"]) == (
             b["round"],
@@ -253,6 +262,7 @@ def test_branch_with_finetune_equals_the_finetune_run_from_scratch(tmp_path, mor
     assert strip(rows(branch)) == strip(rows(fresh))
     info = json.loads((branch / "metrics.json").read_text())
     assert info["label"] == "fedavg+FT" and info["branched_from"] == str(source)
+    assert "resumed_after_round" not in info  # a branch is a new run: its wall time counts its own round
     assert info["undiscounted"] == json.loads((fresh / "metrics.json").read_text())["undiscounted"]
     assert {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()} == before
 

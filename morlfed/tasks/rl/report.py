@@ -70,7 +70,7 @@ def write_results(
     )
     metrics = {
         **run.fields(env=spec.name, engine=engine, precision=precision, device=device),
-        "wall_time_s": round(outcome.seconds, 2),
+        **outcome.time_record(),
         **outcome.strategy_record(),
         **run.branched(),
         "env_steps_per_client": env_steps_summary(total_steps),

@@ -103,7 +103,7 @@ def write_results(
     accuracy = accuracy_summary({acc: [row[acc] for row in rows] for acc in ACCURACIES})
     metrics = {
         **info,
-        "wall_time_s": round(outcome.seconds, 2),
+        **outcome.time_record(),
         **outcome.strategy_record(),
         "accuracy": accuracy,
     }
