@@ -3,8 +3,8 @@
 A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
 
 * ``server.pt``: the round, the strategy's ``state_dict`` (its RNG state included), the "+FT"
-  models kept so far, the main process' global RNG states, and the text of ``rounds.csv`` and
-  ``clusters.jsonl`` up to round r;
+  models kept so far, the main process' global RNG states, the text of ``rounds.csv`` and
+  ``clusters.jsonl`` up to round r, and the run's loop seconds until then;
 * ``clients/client_<cid>.pt``: every client's ``get_state()`` (for an RL client: SB3 networks and
   optimiser(s), replay buffer, step/update counters, exploration rate, episode records), written
   by the process that owns the client.
