@@ -46,6 +46,24 @@ MIN_PARALLEL_STEPS = 200_000
 _WORKER_EXECUTORS = ("process", "ray")
 
 
+def cpuinfo_field(key: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The first non-empty value of ``key`` in ``cpuinfo`` (Linux's description of the processors,
+    e.g. ``model name`` or ``flags``); ``None`` where it has none or cannot be read.
+
+    :param key: the field's name
+    :param cpuinfo: where the kernel describes the processors
+    """
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == key and value.strip():
+            return value.strip()
+    return None
+
+
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The processor's model name (``/proc/cpuinfo``'s ``model name`` on Linux, else what
     :func:`platform.processor` reports; ``unknown`` when neither says). A run's wall time depends on
@@ -54,14 +72,7 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
 
     :param cpuinfo: where the kernel describes the processors
     """
-    try:
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and value.strip():
-                return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return cpuinfo_field("model name", cpuinfo) or platform.processor() or "unknown"
 
 
 def available_cores() -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from morlfed.envs import EnvSpec
+from morlfed.parallelism import cpuinfo_field
 from morlfed.tasks.rl.vectorised.dqn import PRECISIONS
 
 #: The ``precision`` settings a run accepts.
@@ -35,15 +36,8 @@ def bf16_native(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """
     if device == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    try:
-        text = cpuinfo.read_text()
-    except OSError:
-        return False
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            return not BF16_FLAGS.isdisjoint(value.split())
-    return False
+    flags = cpuinfo_field("flags", cpuinfo)
+    return flags is not None and not BF16_FLAGS.isdisjoint(flags.split())
 
 
 def resolve_precision(setting: str, spec: EnvSpec, engine: str, device: str) -> str:
