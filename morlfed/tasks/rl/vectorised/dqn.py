@@ -52,9 +52,10 @@ class StackedDQN(StackedLearner):
         architecture and parameters (every client starts from them), ``gamma``, ``tau``,
         ``max_grad_norm``, ``target_update_interval`` and the policy optimiser's settings
     :param device: torch device of the stacked parameters and of every update
-    :param precision: ``fp32`` (SB3's arithmetic) or ``bf16``: the matrix products of a gradient
-        step in bfloat16 (mixed precision: parameters, gradients, loss and Adam stay float32;
-        each step casts the networks once, products and activations are bfloat16)
+    :param precision: ``fp32`` (SB3's arithmetic) or ``bf16``: the hidden layers' matrix products
+        of a gradient step in bfloat16 (mixed precision: parameters, gradients, the output layer,
+        the Q-values, the loss and Adam stay float32; each step casts the hidden layers' parameters
+        once, their products and activations are bfloat16)
     """
 
     counts_calls = True
@@ -95,14 +96,19 @@ class StackedDQN(StackedLearner):
         self._online_views = self.mlp.views(self.online)
         self._target_views = self.mlp.views(self.target)
         self._grad_views = self.mlp.views(self.online.grad)
-        #: bf16: the gradient step's low-precision copies of the online and target networks, one
-        #: dense ``[N, *shape]`` tensor per parameter (oneDNN's bfloat16 products copy an operand
-        #: whose clients are not laid out densely); the target's is refreshed only when it changed
+        #: bf16: the networks as the gradient step computes with them: a dense bfloat16 copy of
+        #: every hidden layer's parameters, ``[N, *shape]`` (oneDNN's bfloat16 products copy an
+        #: operand whose clients are not laid out densely), and the float32 output layer itself.
+        #: The output layer stays float32 because the loss subtracts its outputs: Q-values rounded
+        #: to bfloat16's 8 significant bits (steps of 0.25 at a Q-value of 50) would quantise the
+        #: TD errors that the Huber loss clips at 1. The target's copy is refreshed only when it
+        #: changed.
         self._low: tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]] | None = None
+        self._low_names = [k for k in self._online_views if k not in self.mlp.output_names()]
         self._low_target_stale = True
         if precision == "bf16":
             self._low = tuple(  # type: ignore[assignment]
-                {k: v.to(torch.bfloat16, memory_format=torch.contiguous_format) for k, v in views.items()}
+                views | {k: views[k].to(torch.bfloat16, memory_format=torch.contiguous_format) for k in self._low_names}
                 for views in (self._online_views, self._target_views)
             )
         cpu = self.device.type == "cpu"
@@ -155,26 +161,27 @@ class StackedDQN(StackedLearner):
         """One ``DQN.train(gradient_steps=1)`` step for the clients where ``mask`` is true (see the
         module docstring); returns the per-client Huber ``loss`` (``[N]``)."""
         ws = self._workspaces
-        online_views, target_views, dtype = self._online_views, self._target_views, torch.float32
+        online_views, target_views = self._online_views, self._target_views
         if self._low is not None:
-            for name, low in self._low[0].items():
-                low.copy_(self._online_views[name])
+            for name in self._low_names:
+                self._low[0][name].copy_(self._online_views[name])
             if self._low_target_stale:
-                for name, low in self._low[1].items():
-                    low.copy_(self._target_views[name])
+                for name in self._low_names:
+                    self._low[1][name].copy_(self._target_views[name])
                 self._low_target_stale = False
-            (online_views, target_views), dtype = self._low, torch.bfloat16
-        next_x = batch.next_observations.to(self.device, dtype).flatten(2)
+            online_views, target_views = self._low
+        # float32 inputs; each layer casts its input to its own precision (StackedMLP.forward)
+        next_x = batch.next_observations.to(self.device, torch.float32).flatten(2)
         next_q = self.mlp.forward(target_views, next_x, workspace=ws["target"])[0].max(dim=2).values.unsqueeze(2)
-        target_q = batch.rewards + (1 - batch.dones) * self.gamma * next_q.float()
-        x = batch.observations.to(self.device, dtype).flatten(2)
+        target_q = batch.rewards + (1 - batch.dones) * self.gamma * next_q
+        x = batch.observations.to(self.device, torch.float32).flatten(2)
         q, saved = self.mlp.forward(online_views, x, keep=True, workspace=ws["online"])
         actions = batch.actions.long()
-        current = torch.gather(q, dim=2, index=actions).float()
+        current = torch.gather(q, dim=2, index=actions)
         loss = F.smooth_l1_loss(current, target_q, reduction="none").mean(dim=(1, 2))
         # d mean(smooth_l1) / d current, scattered back onto the taken actions (gather's backward)
         delta = (current - target_q).clamp(-1.0, 1.0) * (1.0 / current.shape[1])
-        d_q = torch.zeros_like(q).scatter_(2, actions, delta.to(dtype))
+        d_q = torch.zeros_like(q).scatter_(2, actions, delta)
         self.mlp.backward(online_views, saved, d_q, self._grad_views, workspace=ws["backward"])
         grad: torch.Tensor = self.online.grad  # type: ignore[assignment]
         # clip_grad_norm_(max_grad_norm) per client, over that client's parameters only; a factor

@@ -109,17 +109,20 @@ class Workspace:
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, int], torch.Tensor] = {}
 
-    def take(self, key: tuple[str, int], like: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    def take(
+        self, key: tuple[str, int], like: torch.Tensor, n: int, m: int, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """The buffer for ``key`` as an uninitialised ``[k, n, m]`` tensor with aligned blocks.
 
         :param key: the use and the layer index
         :param like: a ``[k, ...]`` tensor whose client count, device and dtype the buffer takes
         :param n: rows of each client's block
         :param m: columns of each client's block
+        :param dtype: the buffer's dtype instead of ``like``'s
         """
-        k, buffer = len(like), self._buffers.get(key)
-        if buffer is None or buffer.shape != (k, n, m) or buffer.device != like.device or buffer.dtype != like.dtype:
-            buffer = self._buffers[key] = _aligned_empty(k, n, m, like.device, like.dtype)
+        k, buffer, dtype = len(like), self._buffers.get(key), dtype or like.dtype
+        if buffer is None or buffer.shape != (k, n, m) or buffer.device != like.device or buffer.dtype != dtype:
+            buffer = self._buffers[key] = _aligned_empty(k, n, m, like.device, dtype)
         return buffer
 
 
@@ -148,6 +151,14 @@ def batched_matmul(
         out.copy_(result)
         return out
     return result
+
+
+def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key: tuple[str, int]) -> torch.Tensor:
+    """``x`` (``[N, B, width]``) in ``dtype``, written into ``workspace``'s buffer for ``key`` when
+    there is one."""
+    if workspace is None:
+        return x.to(dtype)
+    return workspace.take(key, x, x.shape[1], x.shape[2], dtype).copy_(x)
 
 
 @dataclass(frozen=True)
@@ -184,6 +195,11 @@ class StackedMLP:
                 )
         self.layout = layout
 
+    def output_names(self) -> tuple[str, ...]:
+        """The layout names of the output layer's parameters (its weight, and its bias if any)."""
+        last = [layer for layer in self.layers if isinstance(layer, _Linear)][-1]
+        return (last.weight,) if last.bias is None else (last.weight, last.bias)
+
     def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
         """``[N, d]`` rows as stacked parameters ``{layout name: [N, *shape]}`` (views that follow
         in-place updates of ``flat``).
@@ -198,9 +214,11 @@ class StackedMLP:
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Every client's output for its batch ``x`` (``[N, B, in]`` -> ``[N, B, out]``).
 
-        :param params: from :meth:`views`
+        :param params: from :meth:`views`; a linear layer computes in its weight's dtype (its input
+            is cast to it), so layers may differ in precision
         :param x: the inputs
-        :param keep: also return what :meth:`backward` needs (every layer's input and the outputs)
+        :param keep: also return what :meth:`backward` needs (every layer's input, as the layer
+            computed with it, and the outputs)
         :param workspace: write the layers' outputs into its buffers (valid until its next use);
             ``None``: new tensors
         :return: the outputs and (``keep``) the saved tensors, else ``[]``
@@ -208,6 +226,8 @@ class StackedMLP:
         saved: list[torch.Tensor] = []
         own = False  # whether x is a tensor this pass made (activations then work in place)
         for index, layer in enumerate(self.layers):
+            if isinstance(layer, _Linear) and x.dtype != params[layer.weight].dtype:
+                x, own = _cast(x, params[layer.weight].dtype, workspace, ("cast", index)), True
             if keep:
                 saved.append(x)
             if isinstance(layer, _Linear) and layer.single:
@@ -303,6 +323,9 @@ class StackedMLP:
         for index in range(len(self.layers) - 1, -1, -1):
             layer, x, y = self.layers[index], saved[index], saved[index + 1]
             if isinstance(layer, _Linear):
+                if grad.dtype != x.dtype:  # a layer in another precision than the one above it
+                    grad = grad.to(x.dtype)
+                    own = True
                 if out is not None:
                     if layer.single:
                         out[layer.weight].copy_((grad * x).sum(dim=1).unsqueeze(1))
