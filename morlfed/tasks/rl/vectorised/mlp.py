@@ -227,7 +227,7 @@ class StackedMLP:
         own = False  # whether x is a tensor this pass made (activations then work in place)
         for index, layer in enumerate(self.layers):
             if isinstance(layer, _Linear) and x.dtype != params[layer.weight].dtype:
-                x, own = _cast(x, params[layer.weight].dtype, workspace, ("cast", index)), True
+                x = _cast(x, params[layer.weight].dtype, workspace, ("cast", index))
             if keep:
                 saved.append(x)
             if isinstance(layer, _Linear) and layer.single:
