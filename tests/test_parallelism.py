@@ -14,6 +14,7 @@ from conftest import CliRunner, compose_config
 from morlfed import parallelism
 from morlfed.parallelism import MIN_PARALLEL_STEPS, Parallelism, resolve
 from morlfed.run import build_plan
+from morlfed.tasks.rl.precision import bf16_native
 
 LONG = MIN_PARALLEL_STEPS  # a run just long enough for worker processes
 
@@ -79,17 +80,38 @@ def _run(morlfed_cli: CliRunner, path: Path, *overrides: str) -> dict:
     return json.loads((path / "metrics.json").read_text())
 
 
-@pytest.mark.parametrize("engine", ["sb3", "vectorised"])
-def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path, engine: str) -> None:
+def _amx() -> bool:
+    """Whether this processor has AMX bfloat16 tiles (see the bf16 case below)."""
+    return "amx_bf16" in (parallelism.cpuinfo_field("flags") or "").split()
+
+
+@pytest.mark.parametrize(
+    "engine, precision",
+    [
+        ("sb3", "fp32"),
+        ("vectorised", "fp32"),
+        pytest.param(
+            "vectorised",
+            "bf16",
+            marks=[
+                pytest.mark.skipif(not bf16_native("cpu"), reason="no native bfloat16: auto never picks bf16 here"),
+                pytest.mark.skipif(_amx(), reason="not verified on AMX processors (docs/engines.md, Cores)"),
+            ],
+        ),
+    ],
+)
+def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path, engine: str, precision: str) -> None:
     """The promise of docs/engines.md: one thread, two threads and two worker processes train
     the same models, bit for bit; metrics.json records what each run used."""
-    one = _run(morlfed_cli, tmp_path / "one", f"engine={engine}", "executor=sequential", "torch_threads=1")
-    two = _run(morlfed_cli, tmp_path / "two", f"engine={engine}", "executor=sequential", "torch_threads=2")
-    split = _run(morlfed_cli, tmp_path / "split", f"engine={engine}", "executor=process", "executor.workers=2")
+    arm = (f"engine={engine}", f"precision={precision}")
+    one = _run(morlfed_cli, tmp_path / "one", *arm, "executor=sequential", "torch_threads=1")
+    two = _run(morlfed_cli, tmp_path / "two", *arm, "executor=sequential", "torch_threads=2")
+    split = _run(morlfed_cli, tmp_path / "split", *arm, "executor=process", "executor.workers=2")
     assert (one["executor"], one["workers"], one["torch_threads"]) == ("sequential", 1, 1)
     assert (two["executor"], two["workers"], two["torch_threads"]) == ("sequential", 1, 2)
     assert (split["executor"], split["workers"]) == ("process", 2)
     assert one["engine"] == two["engine"] == split["engine"] == engine
+    assert one["precision"] == two["precision"] == split["precision"] == precision
     assert one["cpu"] == parallelism.cpu_model() != ""
     final = (tmp_path / "one" / "final.csv").read_bytes()
     assert (tmp_path / "two" / "final.csv").read_bytes() == final
@@ -105,6 +127,7 @@ def test_the_cli_keeps_the_vectorised_engine_on_cuda_in_one_process(
 ) -> None:
     # a machine with 4 cores and, as far as torch can tell, a GPU: device=auto resolves to cuda
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)  # precision=auto asks (mo-lunar-lander: bf16)
     monkeypatch.setattr(parallelism, "available_cores", lambda: 4)
     plan = build_plan(compose_config(["env=mo-lunar-lander", f"engine={engine}", f"device={device}"]))
     try:

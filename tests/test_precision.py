@@ -154,7 +154,8 @@ def test_bf16_is_native_where_the_processor_names_bfloat16_instructions(tmp_path
 def test_auto_takes_the_spec_precision_only_with_the_vectorised_engine_on_native_bf16(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bf16_spec, fp32_spec = get_spec("mo-lunar-lander").replace(precision="bf16"), get_spec("mo-lunar-lander")
+    spec = get_spec("mo-lunar-lander")
+    bf16_spec, fp32_spec = spec.replace(precision="bf16"), spec.replace(precision="fp32")
     native = {"value": True}
     monkeypatch.setattr(precision, "bf16_native", lambda device: native["value"])
     assert precision.resolve_precision("auto", bf16_spec, "vectorised", "cpu") == "bf16"
