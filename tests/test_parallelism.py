@@ -127,7 +127,7 @@ def test_the_cli_keeps_the_vectorised_engine_on_cuda_in_one_process(
 ) -> None:
     # a machine with 4 cores and, as far as torch can tell, a GPU: device=auto resolves to cuda
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)  # precision=auto asks (mo-lunar-lander: bf16)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)  # precision=auto asks it where a spec says bf16
     monkeypatch.setattr(parallelism, "available_cores", lambda: 4)
     plan = build_plan(compose_config(["env=mo-lunar-lander", f"engine={engine}", f"device={device}"]))
     try:
