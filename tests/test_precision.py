@@ -83,7 +83,9 @@ def test_bf16_keeps_the_td_errors_of_large_q_values() -> None:
     loss16 = bf16.gradient_step(batch, mask, mu, centre)["loss"]
     assert bool((loss32 < 0.05).all()), loss32  # TD errors well under Huber's threshold of 1
     torch.testing.assert_close(loss16, loss32, rtol=2e-2, atol=0.0)
-    cosine = torch.nn.functional.cosine_similarity(fp32.online.grad, bf16.online.grad, dim=1)
+    grad32, grad16 = fp32.online.grad, bf16.online.grad
+    assert grad32 is not None and grad16 is not None
+    cosine = torch.nn.functional.cosine_similarity(grad32, grad16, dim=1)
     assert bool((cosine > 0.999).all()), cosine
 
 
