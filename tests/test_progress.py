@@ -126,7 +126,7 @@ def test_the_launch_summary_says_where_what_and_how_long(tmp_path: Path, morlfed
     assert lines[:3] == [
         f"morlfed: run directory {out}",
         "morlfed: deep-sea-treasure/fedpref/equidistant/seed0: 3 rounds x 3 clients x 300 env steps = 2,700 env steps",
-        f"morlfed: engine=vectorised, device=cpu; executor=sequential; torch_threads=1; {lines[2].split('; ')[-1]}",
+        f"morlfed: engine=vectorised, precision=fp32, device=cpu; executor=sequential; torch_threads=1; {lines[2].split('; ')[-1]}",
     ]
     assert lines[2].endswith(" cores")
     assert lines[3].startswith("morlfed: round 1/3 took ") and "estimated time of rounds 1-3: about " in lines[3]

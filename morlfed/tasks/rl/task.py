@@ -117,7 +117,10 @@ class RLTask(Task):
         return self.engine == "vectorised" and self.device == "cuda"
 
     def describe_training(self) -> str:
-        return f"engine={self.engine}, device={self.device}"
+        # the precision is the vectorised engine's only (sb3 always trains in float32), and
+        # precision=auto resolves it from the spec and the processor: say what it became
+        precision = f", precision={self.precision}" if self.engine == "vectorised" else ""
+        return f"engine={self.engine}{precision}, device={self.device}"
 
     def check_fault_injection(self) -> None:
         """Faults are injected into SB3 clients only: the vectorised engine's hosts train a
