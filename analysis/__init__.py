@@ -1,5 +1,6 @@
-"""morlfed analysis: campaign evaluation, figures and result tables (the metrics themselves are
-:mod:`morlfed.metrics`, the figure of one run :mod:`morlfed.figures`).
+"""morlfed analysis: campaign evaluation, figures and result tables.
+
+The metrics themselves are :mod:`morlfed.metrics`, the figure of one run :mod:`morlfed.figures`.
 
 Libraries (what notebooks and other code import):
 

@@ -1,6 +1,8 @@
-"""Command-line pieces the analysis commands share: the arguments naming the runs, the output
-folder and the returns, the options of the comparison tables and their tests, and the report of
-skipped run directories."""
+"""Command-line pieces the analysis commands share.
+
+The arguments naming the runs, the output folder and the returns, the options of the comparison
+tables and their tests, and the report of skipped run directories.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from morlfed.metrics import METRICS, RETURN_KINDS
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, returns_help: str) -> None:
-    """Add the arguments every analysis command takes: ``RUN_DIR ...`` (``runs``), ``--out``
-    (:func:`default_out`) and ``--returns`` (default ``discounted``).
+    """Add the arguments every analysis command takes.
+
+    They are ``RUN_DIR ...`` (``runs``), ``--out`` (:func:`default_out`) and ``--returns`` (default
+    ``discounted``).
 
     :param parser: the command's parser
     :param returns_help: what the command does with the returns, ``--returns``' help before its
@@ -40,8 +44,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, returns_help: str) -> Non
 
 
 def add_table_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the options of ``comparison.md`` and ``stats.csv``: ``--metrics``, ``--decimals``,
-    ``--reference`` and ``--level`` (checked by :func:`check_table_arguments`).
+    """Add the options of ``comparison.md`` and ``stats.csv``.
+
+    They are ``--metrics``, ``--decimals``, ``--reference`` and ``--level`` (checked by
+    :func:`check_table_arguments`).
 
     :param parser: the command's parser
     """

@@ -141,8 +141,9 @@ class Campaign:
 
 
 def shown_path(path: Path) -> str:
-    """``path`` relative to the current directory when it lies below it (so that a committed
-    summary does not carry one machine's absolute paths), else absolute.
+    """``path`` relative to the current directory when it lies below it, else absolute.
+
+    Relative so that a committed summary does not carry one machine's absolute paths.
 
     :param path: a run directory
     """
@@ -199,8 +200,11 @@ def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
 
 
 def _setting(key: str, value: str) -> str:
-    """A config setting as the command line writes it: ``engine=vectorised`` for the option of a
-    config group (``engine.name`` in ``config.yaml``), ``algo.top_r=0.5`` for any other key."""
+    """A config setting as the command line writes it.
+
+    ``engine=vectorised`` for the option of a config group (``engine.name`` in ``config.yaml``),
+    ``algo.top_r=0.5`` for any other key.
+    """
     group, _, field = key.partition(".")
     return f"{group}={value}" if field == "name" and group in GROUPS else f"{key}={value}"
 
@@ -257,8 +261,10 @@ def variant_labels(runs: Sequence[Labelled]) -> list[str]:
 
 
 def split_duplicates(runs: Sequence[_RunT]) -> tuple[list[_RunT], list[tuple[str, str]]]:
-    """Keep the first of runs with the same configuration and seed (a repeated run would be
-    counted twice in a mean over seeds); return the kept runs and ``(path, reason)`` for the rest.
+    """Keep the first of runs with the same configuration and seed; return the kept runs and the rest.
+
+    A repeated run would be counted twice in a mean over seeds. The rest are returned as
+    ``(path, reason)``.
 
     :param runs: loaded runs (RL or vision)
     """
@@ -280,9 +286,10 @@ def split_duplicates(runs: Sequence[_RunT]) -> tuple[list[_RunT], list[tuple[str
 
 
 def select_runs(runs: Sequence[Run], returns: str = "discounted") -> tuple[list[Run], list[tuple[str, str]]]:
-    """The runs fit to compare: duplicates (:func:`split_duplicates`) and runs whose known front
-    does not dominate their reference point (:func:`reference_fronts`) are returned separately
-    as ``(path, reason)``.
+    """The runs fit to compare, and the runs left out as ``(path, reason)``.
+
+    Duplicates (:func:`split_duplicates`) and runs whose known front does not dominate their
+    reference point (:func:`reference_fronts`) are returned separately as ``(path, reason)``.
 
     :param runs: loaded RL runs
     :param returns: one of :data:`morlfed.metrics.RETURN_KINDS`
@@ -395,8 +402,9 @@ def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float =
 
 
 def eu_weights_table(objectives: Sequence[int]) -> pd.DataFrame:
-    """``eu_weights.csv``: the weights the expected utility of ``summary.csv`` was computed with
-    (:func:`morlfed.metrics.eu_weights`), for each number of objectives among the evaluated
+    """``eu_weights.csv``: the weights the expected utility of ``summary.csv`` was computed with.
+
+    They are :func:`morlfed.metrics.eu_weights`, for each number of objectives among the evaluated
     environments: columns ``objectives``, ``index`` and ``w_0 .. w_{M-1}`` (``M`` the most
     objectives; an environment with fewer leaves the rest empty).
 

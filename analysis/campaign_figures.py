@@ -43,8 +43,9 @@ def _safe(name: str) -> str:
 
 
 def default_rounds(available: Sequence[int], k: int = 3) -> list[int]:
-    """Up to ``k`` rounds spread over ``available`` (first, middle, last for ``k = 3``; the last
-    for ``k = 1``).
+    """Up to ``k`` rounds spread over ``available``.
+
+    First, middle and last for ``k = 3``; the last for ``k = 1``.
 
     :param available: the rounds saved
     :param k: the number of rounds wanted
@@ -91,9 +92,11 @@ def run_stem(run: Run | PartialRun, label: str) -> str:
 
 
 def unique_stems(runs: Sequence[Run | PartialRun], labels: Sequence[str]) -> list[str]:
-    """A file-name stem per run, none shared: :func:`run_stem`, and for runs that would share one
-    (a stopped run beside a finished one of the same configuration) a short run id after it: the
-    run directory's name, or the first 6 hex digits of the SHA-1 of its path where those are equal.
+    """A file-name stem per run, none shared.
+
+    Each is :func:`run_stem`, and for runs that would share one (a stopped run beside a finished one
+    of the same configuration) a short run id after it: the run directory's name, or the first 6 hex
+    digits of the SHA-1 of its path where those are equal.
 
     :param runs: the runs, finished or partial
     :param labels: their variant labels
@@ -122,8 +125,9 @@ def run_title(run: Run | PartialRun, label: str) -> str:
 def learning_curves(
     runs: Sequence[Run | PartialRun], labels: Sequence[str], column: str = "mean_train_reward"
 ) -> pd.DataFrame:
-    """Long table ``label, seed, round, value`` of ``rounds.csv``'s ``column`` (rounds without a
-    value, and runs without the column, left out).
+    """Long table ``label, seed, round, value`` of ``rounds.csv``'s ``column``.
+
+    Rounds without a value, and runs without the column, are left out.
 
     :param runs: loaded runs (finished or not)
     :param labels: each run's label (runs sharing one are seeds of a curve)
@@ -155,8 +159,9 @@ def write_figures(
     kinds: Collection[str] = FIGURE_KINDS,
     partial: Sequence[PartialRun] = (),
 ) -> list[Path]:
-    """Write the figures of ``runs`` (and of the unfinished runs ``partial``) into ``out``; return
-    the files written, each once (no two runs share a file name: :func:`unique_stems`).
+    """Write the figures of ``runs`` (and of the unfinished runs ``partial``) into ``out``.
+
+    The files written are returned, each once (no two runs share a file name: :func:`unique_stems`).
 
     :param runs: loaded RL runs
     :param out: the output folder
@@ -236,9 +241,11 @@ def write_figures(
 def partial_figures(
     run: PartialRun, kinds: Collection[str] = FIGURE_KINDS, label: str | None = None, stem: str | None = None
 ) -> dict[str, Figure]:
-    """What an unfinished run already shows, by file name: its learning curves (``learning_<run>``,
-    and ``evaluation_<run>`` with ``eval_every``) over the rounds configured and its cluster
-    evolution (``clusters_<run>``), each titled as a partial run with its rounds done.
+    """What an unfinished run already shows, by file name.
+
+    Its learning curves (``learning_<run>``, and ``evaluation_<run>`` with ``eval_every``) over the
+    rounds configured and its cluster evolution (``clusters_<run>``), each titled as a partial run
+    with its rounds done.
 
     :param run: the unfinished run
     :param kinds: the kinds of figure wanted (:data:`FIGURE_KINDS`; those an unfinished run lacks

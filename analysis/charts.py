@@ -1,5 +1,6 @@
-"""Figures of campaigns (matplotlib; PNG and PDF): the library behind ``python -m morlfed.analysis.plot``
-and the notebooks.
+"""Figures of campaigns (matplotlib; PNG and PDF).
+
+The library behind ``python -m morlfed.analysis.plot`` and the notebooks.
 
 Every ``*_figure`` function builds and returns a :class:`matplotlib.figure.Figure` through the
 object-oriented API (no pyplot, no global backend switch: safe in scripts, servers and
@@ -139,10 +140,12 @@ def _parallel_panel(
     markers: Sequence[tuple[str, str]],
     front_label: str,
 ) -> None:
-    """Parallel coordinates of one algorithm's runs: an x position per objective, each client a
-    line through its returns scaled to ``bounds`` (0: the lowest shown, 1: the highest, the same
-    in every panel; each tick says its objective's range), coloured by its weight on the first
-    objective, solid when no client of its run dominates it and dotted otherwise; ``front`` in grey.
+    """Parallel coordinates of one algorithm's runs.
+
+    An x position per objective, each client a line through its returns scaled to ``bounds`` (0: the
+    lowest shown, 1: the highest, the same in every panel; each tick says its objective's range),
+    coloured by its weight on the first objective, solid when no client of its run dominates it and
+    dotted otherwise; ``front`` in grey.
 
     :param ax: the panel
     :param runs: the algorithm's runs, ``(returns [n, m], weights [n, m])`` each
@@ -188,8 +191,10 @@ def _parallel_panel(
 
 
 def preference_groups(weights: np.ndarray, decimals: int = 9) -> np.ndarray:
-    """Group id of each client's preference: clients whose weights agree to ``decimals`` decimals
-    share an id; ids follow the lexicographic order of the distinct weight vectors.
+    """Group id of each client's preference.
+
+    Clients whose weights agree to ``decimals`` decimals share an id; ids follow the lexicographic
+    order of the distinct weight vectors.
 
     :param weights: ``[n_clients, m]`` preferences
     :param decimals: decimals two preferences must agree to
@@ -270,8 +275,11 @@ def similarity_figure(
 
 
 def _client_colours(weights: np.ndarray) -> tuple[list, str]:
-    """A colour per client: categorical by preference group when there are few distinct
-    preferences, else by the weight on the first objective."""
+    """A colour per client, and the caption saying what the colour shows.
+
+    Categorical by preference group when there are few distinct preferences, else by the weight on
+    the first objective.
+    """
     groups = preference_groups(weights)
     if groups.max() < _CATEGORICAL_MAX:
         tab = colormaps["tab10"]
@@ -335,9 +343,10 @@ def cluster_evolution_figure(
 def learning_curves_figure(
     curves: pd.DataFrame, title: str = "", ylabel: str = "mean scalarised training reward"
 ) -> Figure:
-    """Learning curves: ``curves`` has columns ``label, seed, round, value`` (one row per run and
-    round). One line per label (mean over seeds per round) with a +- std band where a round has
-    two or more seeds.
+    """Learning curves: one line per label, the mean over seeds per round.
+
+    ``curves`` has columns ``label, seed, round, value`` (one row per run and round). Each line has
+    a +- std band where a round has two or more seeds.
 
     :param curves: the long table of values per run and round
     :param title: the axes' title
@@ -378,8 +387,10 @@ def learning_curves_figure(
 
 
 def metric_bars_figure(summary: pd.DataFrame, metrics: Sequence[str], title: str = "") -> Figure:
-    """Bars of mean +- std over seeds per algorithm ``variant`` (``summary.csv`` rows of one
-    environment and preference distribution), one panel per metric, its direction in the title.
+    """Bars of mean +- std over seeds per algorithm ``variant``, one panel per metric.
+
+    ``summary`` holds the ``summary.csv`` rows of one environment and preference distribution; each
+    panel has its metric's direction in the title.
 
     :param summary: ``summary.csv`` rows
     :param metrics: keys of :data:`morlfed.metrics.METRICS`

@@ -45,8 +45,9 @@ DESCRIPTIVE: frozenset[str] = frozenset({"final_clusters"})
 
 
 def planted_groups(weights: np.ndarray) -> np.ndarray:
-    """Each client's planted group: clients with equal preference weights share a label
-    (labels ``0, 1, ...`` in order of first appearance).
+    """Each client's planted group: clients with equal preference weights share a label.
+
+    Labels are ``0, 1, ...`` in order of first appearance.
 
     :param weights: ``[n, m]`` client preferences
     """
@@ -85,7 +86,8 @@ def final_clusters(run: Run) -> list[list[int]] | None:
 
 
 def planted_ari(run: Run) -> float:
-    """The adjusted Rand index of ``run``'s final clusters against its planted preference groups;
+    """The adjusted Rand index of ``run``'s final clusters against its planted preference groups.
+
     NaN unless the run used ``dist=groups`` and its strategy logs clusters.
 
     :param run: a loaded RL run

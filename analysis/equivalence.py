@@ -1,4 +1,4 @@
-"""Equivalence of two paired samples: do two implementations agree within a margin fixed in advance?
+"""Equivalence of two paired samples: whether two implementations agree within a margin fixed in advance.
 
 "No significant difference" cannot show that two implementations agree: with few seeds a real
 difference goes undetected. An equivalence test turns the question around. With paired outcomes

@@ -1,11 +1,12 @@
 """Runs that have not finished: the live view of ``python -m morlfed.analysis.plot``.
 
-A run directory without ``metrics.json`` is still running, was stopped (Ctrl-C or SIGTERM: then
-its ``stopped.json`` says so, :mod:`morlfed.runstatus`), was killed or failed. Its ``rounds.csv`` and ``clusters.jsonl`` are rewritten atomically after every round, so
-they always hold the rounds done so far: enough for the learning curves and the cluster
-evolution, not for fronts or metrics (those need the final evaluation). :func:`load_partial_run`
-reads one such directory into a :class:`PartialRun`; :func:`partial_runs` picks them out of the
-directories :func:`~morlfed.analysis.runs.load_runs` skipped.
+A run directory without ``metrics.json`` is still running, was stopped (Ctrl-C or SIGTERM: then its
+``stopped.json`` says so, :mod:`morlfed.runstatus`), was killed or failed. Its ``rounds.csv`` and
+``clusters.jsonl`` are rewritten atomically after every round, so they always hold the rounds done
+so far: enough for the learning curves and the cluster evolution, not for fronts or metrics (those
+need the final evaluation). :func:`load_partial_run` reads one such directory into a
+:class:`PartialRun`; :func:`partial_runs` picks them out of the directories
+:func:`~morlfed.analysis.runs.load_runs` skipped.
 """
 
 from __future__ import annotations
@@ -80,8 +81,11 @@ class PartialRun:
 
     @property
     def status(self) -> str:
-        """``partial run: 2 of 4 rounds``, or ``partial run: stopped by SIGTERM after 2 of 4 rounds``
-        when a signal stopped it (what the figures' titles and the command say)."""
+        """The run's state, as the figures' titles and the command say it.
+
+        ``partial run: 2 of 4 rounds``, or ``partial run: stopped by SIGTERM after 2 of 4 rounds``
+        when a signal stopped it.
+        """
         stopped = read_stopped(self.path)
         if stopped is not None:
             return f"partial run: {stopped.describe()}"
@@ -93,8 +97,9 @@ class PartialRun:
 
 
 def load_partial_run(path: str | Path) -> PartialRun:
-    """Load an unfinished run directory (``config.yaml`` and ``rounds.csv`` present, no
-    ``metrics.json``); :class:`~morlfed.analysis.runs.RunDirError` if it is not one.
+    """Load an unfinished run directory (``config.yaml`` and ``rounds.csv`` present, no ``metrics.json``).
+
+    :class:`~morlfed.analysis.runs.RunDirError` if it is not one.
 
     :param path: the run directory
     """
@@ -118,8 +123,10 @@ def load_partial_run(path: str | Path) -> PartialRun:
 
 
 def partial_runs(skipped: Sequence[tuple[str, str]]) -> tuple[list[PartialRun], list[tuple[str, str]]]:
-    """Split the ``(path, reason)`` pairs :func:`~morlfed.analysis.runs.load_runs` skipped into
-    the unfinished runs that have rounds to show and the rest (still skipped, with why).
+    """Split skipped ``(path, reason)`` pairs into unfinished runs with rounds to show and the rest.
+
+    The pairs are those :func:`~morlfed.analysis.runs.load_runs` skipped; the rest stay skipped,
+    with why.
 
     :param skipped: the skipped paths and reasons
     """

@@ -1,5 +1,7 @@
-"""The generated blocks of a results document (``docs/results.md``), parsed and rebuilt from committed
-CSV summaries: the library behind ``python -m morlfed.analysis.results``.
+"""The generated blocks of a results document (``docs/results.md``), parsed and rebuilt.
+
+They are rebuilt from committed CSV summaries: the library behind
+``python -m morlfed.analysis.results``.
 
 ``python -m morlfed.analysis.results DOC`` (:mod:`analysis.results`) rewrites every generated block of
 a document in place, or with ``--check`` proves that the published tables are the committed data's.
@@ -208,9 +210,11 @@ def render_metrics(summary: pd.DataFrame, args: dict[str, str]) -> str:
 
 
 def ranking(summary: pd.DataFrame, metric: str, focus: str = "fedpref*", decimals: int = 2) -> pd.DataFrame:
-    """Per ``(env, dist)``: the first-ranked variant by mean over seeds of ``metric`` (ties at
-    ``decimals`` all first), the best variant whose label matches the glob ``focus`` and its rank
-    (1 + the number of variants strictly better at that precision), and the number of variants.
+    """Per ``(env, dist)``: the first-ranked variant, the best one matching ``focus`` and its rank.
+
+    The first-ranked variant is by mean over seeds of ``metric`` (ties at ``decimals`` all first);
+    the rank of the best variant whose label matches the glob ``focus`` is 1 + the number of
+    variants strictly better at that precision. The number of variants is given too.
 
     :param summary: ``summary.csv`` rows
     :param metric: a key of :data:`analysis.clustering.TABLE_METRICS`

@@ -1,5 +1,6 @@
-"""Rebuild the tests and tables of evaluated folders from their summaries alone:
-``python -m morlfed.analysis.rebuild DIR [DIR ...]``.
+"""Rebuild the tests and tables of evaluated folders from their summaries alone.
+
+The command: ``python -m morlfed.analysis.rebuild DIR [DIR ...]``.
 
 ``python -m morlfed.analysis.evaluate`` writes a folder's ``summary.csv`` (one row per run, every
 metric) from run directories, then ``stats.csv`` and ``comparison.md`` from that summary. A
@@ -41,9 +42,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_campaign(summary: pd.DataFrame) -> Campaign:
-    """The :class:`~analysis.campaign.Campaign` that ``comparison.md`` needs, from a committed
-    ``summary.csv``: its rows and the returns they were evaluated on (the tables read the
-    reference fronts from the summary's columns, so none is rebuilt).
+    """The :class:`~analysis.campaign.Campaign` that ``comparison.md`` needs, from a committed summary.
+
+    Its rows are those of the ``summary.csv``, with the returns they were evaluated on (the tables
+    read the reference fronts from the summary's columns, so none is rebuilt).
 
     :param summary: ``summary.csv`` rows, all of one kind of returns
     """

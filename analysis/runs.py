@@ -1,15 +1,16 @@
 """Finding and loading run directories (README.md#a-run-directory) for analysis.
 
-A run directory holds ``config.yaml preferences.csv rounds.csv clusters.jsonl final.csv
-metrics.json`` (+ ``similarity_<round>.npy``). ``metrics.json`` is written last, only when the run
-completed, so a directory without it is *incomplete*. :func:`load_run` reads one directory into a
-:class:`Run` (a ``task=vision`` run, whose ``metrics.json`` says ``"task": "vision"``, into a
-:class:`VisionRun`: its ``final.csv`` holds per-client accuracies) and checks it; anything missing, unreadable or inconsistent raises
-:class:`RunDirError` naming the directory and the problem. :func:`load_runs` expands directories
-and globs (a hydra multirun folder, a campaign tree), loads every run directory found below them
-and returns the valid runs together with the skipped ones and why, so that callers report them
-and never average them in. :func:`load_runs` returns the runs of the tasks asked for (RL runs
-by default) and lists the others among the skipped ones.
+A run directory holds
+``config.yaml preferences.csv rounds.csv clusters.jsonl final.csv metrics.json`` (+
+``similarity_<round>.npy``). ``metrics.json`` is written last, only when the run completed, so a
+directory without it is *incomplete*. :func:`load_run` reads one directory into a :class:`Run` (a
+``task=vision`` run, whose ``metrics.json`` says ``"task": "vision"``, into a :class:`VisionRun`:
+its ``final.csv`` holds per-client accuracies) and checks it; anything missing, unreadable or
+inconsistent raises :class:`RunDirError` naming the directory and the problem. :func:`load_runs`
+expands directories and globs (a hydra multirun folder, a campaign tree), loads every run directory
+found below them and returns the valid runs together with the skipped ones and why, so that callers
+report them and never average them in. :func:`load_runs` returns the runs of the tasks asked for (RL
+runs by default) and lists the others among the skipped ones.
 """
 
 from __future__ import annotations
@@ -167,8 +168,10 @@ class Run(RunIdentity):
         return cluster_history(self.clusters)
 
     def clusters_at(self, round: int) -> list[list[int]]:
-        """The clusters in force after ``round`` (the latest record at or before it; one cluster
-        of every client before the first record)."""
+        """The clusters in force after ``round``.
+
+        The latest record at or before it; one cluster of every client before the first record.
+        """
         history = {r: c for r, c in self.cluster_history().items() if r <= round}
         return history[max(history)] if history else [list(range(len(self.weights)))]
 
@@ -226,8 +229,10 @@ def _read_info(path: Path) -> dict[str, Any]:
 
 
 def _load_config(path: Path) -> object:
-    """``config.yaml`` of the run directory ``path``, resolved into plain containers
-    (:class:`RunDirError` if it cannot be read or parsed)."""
+    """``config.yaml`` of the run directory ``path``, resolved into plain containers.
+
+    :class:`RunDirError` if it cannot be read or parsed.
+    """
     try:
         return OmegaConf.to_container(OmegaConf.load(path / "config.yaml"), resolve=True)
     except (OSError, yaml.YAMLError, ValueError) as exc:
@@ -248,8 +253,10 @@ def _read_config(path: Path) -> tuple[dict[str, Any], EnvSpec]:
 
 
 def _read_final_table(path: Path) -> pd.DataFrame:
-    """``final.csv`` of the run directory ``path``, as written (:class:`RunDirError` if it is
-    absent or unreadable)."""
+    """``final.csv`` of the run directory ``path``, as written.
+
+    :class:`RunDirError` if it is absent or unreadable.
+    """
     file = path / "final.csv"
     if not file.is_file():
         raise RunDirError(path, "malformed: metrics.json present but no final.csv")
@@ -260,8 +267,11 @@ def _read_final_table(path: Path) -> pd.DataFrame:
 
 
 def _check_client_rows(path: Path, table: pd.DataFrame, n_clients: Any) -> None:
-    """:class:`RunDirError` unless ``final.csv`` (``table``) has one row per client: ``n_clients``
-    rows (``config.yaml``'s, when it is an integer) with client ids ``0..n-1``, each once."""
+    """Check that ``final.csv`` (``table``) has one row per client.
+
+    :class:`RunDirError` unless it has ``n_clients`` rows (``config.yaml``'s, when it is an integer)
+    with client ids ``0..n-1``, each once.
+    """
     if isinstance(n_clients, int) and len(table) != n_clients:
         raise RunDirError(
             path, f"malformed final.csv: {len(table)} client rows but config.yaml has n_clients={n_clients}"
@@ -313,8 +323,10 @@ def cluster_history(records: Sequence[dict[str, Any]]) -> dict[int, list[list[in
 
 
 def read_logs(path: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
-    """A run directory's ``rounds.csv`` (empty if absent) and ``clusters.jsonl`` records (none if
-    absent), checked (:class:`RunDirError` if malformed).
+    """A run directory's ``rounds.csv`` and ``clusters.jsonl`` records, checked.
+
+    ``rounds.csv`` is empty if absent and the records none if absent; :class:`RunDirError` if
+    malformed.
 
     :param path: the run directory
     """
@@ -368,8 +380,10 @@ def run_task(run: Run | VisionRun) -> str:
 
 
 def load_run(path: str | Path) -> Run | VisionRun:
-    """Load and check one run directory (RL or vision); :class:`RunDirError` if incomplete or
-    malformed."""
+    """Load and check one run directory (RL or vision).
+
+    :class:`RunDirError` if incomplete or malformed.
+    """
     path = Path(path)
     if not path.is_dir():
         raise RunDirError(path, "not a directory")
@@ -468,9 +482,10 @@ def load_runs(
 
 
 def archive_runs(runs: Sequence[Run | VisionRun], dest: Path) -> None:
-    """Copy the logs (:data:`LOG_FILES`) of each run into ``dest/<run name>/``, replacing ``dest``
-    as a whole: the copy is built beside it and swapped in, so an interrupted call leaves the old
-    ``dest`` (or none), never a half-written one.
+    """Copy the logs (:data:`LOG_FILES`) of each run into ``dest/<run name>/``, replacing ``dest`` as a whole.
+
+    The copy is built beside it and swapped in, so an interrupted call leaves the old ``dest`` (or
+    none), never a half-written one.
 
     The copies are run directories that ``analysis.evaluate`` and ``analysis.plot`` read like the
     originals, small enough to commit next to a study's ``summary.csv`` (no checkpoints).

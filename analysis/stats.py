@@ -1,5 +1,7 @@
-"""Paired tests of every algorithm variant against a reference variant (FedPref by default), over
-the seeds of a campaign: what the comparison tables mark and ``stats.csv`` holds.
+"""Paired tests of every algorithm variant against a reference variant (FedPref by default), over seeds.
+
+The tests run over the seeds of a campaign: they are what the comparison tables mark and
+``stats.csv`` holds.
 
 A variant and the reference are paired by seed within one preference distribution and one
 environment (or dataset): the runs of a seed share the preference draw and the initial model, so
@@ -60,8 +62,9 @@ STATS_COLUMNS: tuple[str, ...] = (
 
 
 def smallest_p(n: int) -> float:
-    """The smallest two-sided p-value an exact paired test of ``n`` pairs can give, ``2 / 2^n``
-    (1 below 2 pairs): the observed sign assignment and its mirror image always count.
+    """The smallest two-sided p-value an exact paired test of ``n`` pairs can give, ``2 / 2^n``.
+
+    It is 1 below 2 pairs. The observed sign assignment and its mirror image always count.
 
     :param n: number of pairs
     """
@@ -69,8 +72,9 @@ def smallest_p(n: int) -> float:
 
 
 def fewest_pairs(level: float) -> int:
-    """The fewest pairs with which an exact two-sided paired test can reach ``p < level`` (6 at
-    0.05, 7 at 0.02, 8 at 0.01).
+    """The fewest pairs with which an exact two-sided paired test can reach ``p < level``.
+
+    That is 6 at 0.05, 7 at 0.02 and 8 at 0.01.
 
     :param level: the significance level, in (0, 1)
     """
@@ -129,8 +133,9 @@ def paired_test(diffs: np.ndarray, level: float = LEVEL) -> PairedTest:
 
 
 def check_one_run_per_seed(summary: pd.DataFrame, column: str = "env") -> None:
-    """Raise ``ValueError`` if a variant has two runs of one seed in one ``(dist, <column>)``: a
-    seed is one pair in a paired test and one value in a mean, and two runs of it (two summaries
+    """Raise ``ValueError`` if a variant has two runs of one seed in one ``(dist, <column>)``.
+
+    A seed is one pair in a paired test and one value in a mean, and two runs of it (two summaries
     joined, the same runs evaluated twice) would count it twice.
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
@@ -165,8 +170,9 @@ def compare_to_reference(
     level: float = LEVEL,
     column: str = "env",
 ) -> pd.DataFrame:
-    """Every variant against the reference on ``metric``, per ``(dist, <column>)``: one row per
-    other variant with :data:`STATS_COLUMNS` (``<column>`` first), paired by seed; ``direction`` is
+    """Every variant against the reference on ``metric``, per ``(dist, <column>)``, paired by seed.
+
+    One row per other variant with :data:`STATS_COLUMNS` (``<column>`` first); ``direction`` is
     ``better`` or ``worse`` for a significant difference (as ``info`` says which way is better).
     Groups without exactly one reference variant give no rows.
 
@@ -217,8 +223,9 @@ def campaign_stats(
     level: float = LEVEL,
     column: str = "env",
 ) -> pd.DataFrame:
-    """``stats.csv``: :func:`compare_to_reference` for every metric, one row per preference
-    distribution, environment (``column``), metric and variant.
+    """``stats.csv``: :func:`compare_to_reference` for every metric.
+
+    One row per preference distribution, environment (``column``), metric and variant.
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
     :param metrics: the metrics compared, with their directions
@@ -231,8 +238,9 @@ def campaign_stats(
 
 
 def marker_note(tested: list[int], reference: str | None, level: float) -> str:
-    """The note under a table: the test that decided its marks, at which level, and whether its
-    cells have pairs enough to reach that level at all.
+    """The note under a table: the test that decided its marks, and at which level.
+
+    It also says whether the table's cells have pairs enough to reach that level at all.
 
     :param tested: the number of pairs of every tested cell of the table (2 or more each)
     :param reference: the reference variant, ``None`` when the table has none

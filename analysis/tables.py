@@ -1,10 +1,11 @@
-"""Comparison tables of evaluated campaigns (markdown): rows algorithm variants with their number
-of seeds ``n``, cells mean ± std over seeds, each cell marked when it differs significantly from
-the reference variant (FedPref by default) in a paired test over seeds (:mod:`analysis.stats`):
-▲ in bold when better, ▼ when worse (higher or lower is better as
-:data:`morlfed.metrics.METRICS` says). A note under every table states the test and its level.
-A row some of whose runs reported their strategy inert (``inert_warning``) has its label marked
-``⚠ k/m`` (k of its m runs) and ``comparison.md`` lists those runs with their warnings.
+"""Comparison tables of evaluated campaigns (markdown).
+
+Rows are algorithm variants with their number of seeds ``n``, cells mean ± std over seeds, each cell
+marked when it differs significantly from the reference variant (FedPref by default) in a paired
+test over seeds (:mod:`analysis.stats`): ▲ in bold when better, ▼ when worse (higher or lower is
+better as :data:`morlfed.metrics.METRICS` says). A note under every table states the test and its
+level. A row some of whose runs reported their strategy inert (``inert_warning``) has its label
+marked ``⚠ k/m`` (k of its m runs) and ``comparison.md`` lists those runs with their warnings.
 
 * :func:`metric_table`: one metric under one preference distribution, columns environments (or
   datasets for vision runs);
@@ -55,8 +56,9 @@ TABLE_ORDER: tuple[str, ...] = (
 
 
 def aggregate_over_seeds(summary: pd.DataFrame, metric: str, column: str = "env") -> pd.DataFrame:
-    """Mean, sample std (ddof 1; NaN for one seed) and count over seeds of ``metric``, per
-    ``(dist, variant, <column>)`` (``column``: ``env``, or ``data`` for vision runs); missing
+    """Mean, sample std (ddof 1; NaN for one seed) and count over seeds of ``metric``.
+
+    Per ``(dist, variant, <column>)`` (``column``: ``env``, or ``data`` for vision runs); missing
     values (a metric an environment lacks) are left out.
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
@@ -80,7 +82,7 @@ def _counts(summary: pd.DataFrame, column: str) -> pd.Series:
 
 
 def _n_text(counts: Sequence[int]) -> str:
-    """ "3", or "2–3" when the cells of a row have different numbers of seeds."""
+    """A row's seed count: "3", or "2–3" when the cells of a row have different numbers of seeds."""
     return "" if not counts else f"{min(counts)}" if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}"
 
 
@@ -93,8 +95,10 @@ INERT_NOTE = (
 
 
 def inert_runs(summary: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``summary`` whose run reported its strategy inert (a non-empty
-    ``inert_warning``; none for a summary without the column, written before runs recorded it).
+    """The rows of ``summary`` whose run reported its strategy inert.
+
+    That is, a non-empty ``inert_warning``; none for a summary without the column, written before
+    runs recorded it.
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
     """
@@ -105,9 +109,11 @@ def inert_runs(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _labels(part: pd.DataFrame) -> tuple[dict[str, str], str]:
-    """Each variant's row label, in row order (:func:`_row_order`; ``⚠ k/m`` after it when k of
-    its m runs in ``part`` were inert), and the sentence the note under the table gains (empty
-    when no row is marked)."""
+    """Each variant's row label, in row order, and the sentence the note under the table gains.
+
+    The row order is :func:`_row_order`'s; a label has ``⚠ k/m`` after it when k of its m runs in
+    ``part`` were inert. The sentence is empty when no row is marked.
+    """
     inert = inert_runs(part)["variant"].value_counts()
     runs = part["variant"].value_counts()
     labels = {
@@ -117,8 +123,10 @@ def _labels(part: pd.DataFrame) -> tuple[dict[str, str], str]:
 
 
 def run_notes(summary: pd.DataFrame, skipped: Sequence[tuple[str, str]] = ()) -> list[str]:
-    """The lines of ``comparison.md`` that list the run directories left out (``skipped``) and the
-    runs whose strategy reported itself inert, with their warnings (none when there are neither).
+    """The lines of ``comparison.md`` that list the skipped run directories and the inert runs.
+
+    They list the run directories left out (``skipped``) and the runs whose strategy reported itself
+    inert, with their warnings; none when there are neither.
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
     :param skipped: ``(path, reason)`` of run directories left out
@@ -145,8 +153,10 @@ def _marks(
     level: float,
     column: str,
 ) -> tuple[dict[tuple[str, str, str], str], str]:
-    """The significant directions per ``(variant, <column> value, metric)`` against the reference
-    (:func:`analysis.stats.compare_to_reference`) and the note under the table."""
+    """The significant directions per ``(variant, <column> value, metric)``, and the note under the table.
+
+    The directions are against the reference (:func:`analysis.stats.compare_to_reference`).
+    """
     directions: dict[tuple[str, str, str], str] = {}
     tested: list[int] = []  # the pairs of every tested cell
     for metric in metrics:
@@ -163,8 +173,10 @@ def _marks(
 
 
 def _cell(stats: pd.DataFrame, key: tuple, decimals: int, n: int, undefined: str, direction: str) -> str:
-    """One cell: mean ± std over seeds at ``key`` of ``stats`` (``(n=k)`` when fewer than the
-    row's ``n`` seeds have a value; ``undefined`` when none has), marked by ``direction``."""
+    """One cell: mean ± std over seeds at ``key`` of ``stats``, marked by ``direction``.
+
+    ``(n=k)`` when fewer than the row's ``n`` seeds have a value; ``undefined`` when none has.
+    """
     if key not in stats.index:
         return ""
     mean, std, count = stats.loc[key]
@@ -176,8 +188,11 @@ def _cell(stats: pd.DataFrame, key: tuple, decimals: int, n: int, undefined: str
 
 
 def _undefined(info: MetricInfo) -> str:
-    """How a missing value reads: "—" where the environment lacks what the metric needs (a known
-    front), "n/a" where the run's value is not defined (e.g. sparsity of one point)."""
+    """How a missing value reads.
+
+    "—" where the environment lacks what the metric needs (a known front), "n/a" where the run's
+    value is not defined (e.g. sparsity of one point).
+    """
     return "—" if info.needs_front else "n/a"
 
 
@@ -191,8 +206,9 @@ def metric_table(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> str | None:
-    """The markdown table of ``metric`` under preference distribution ``dist`` and the note under
-    it, or ``None`` if no run has a value. Rows: algorithm variants and their seeds ``n``; columns:
+    """The markdown table of ``metric`` under preference distribution ``dist`` and the note under it.
+
+    Or ``None`` if no run has a value. Rows: algorithm variants and their seeds ``n``; columns:
     environments (the ``column`` of ``summary``: ``data`` for vision runs, with
     ``registry=VISION_METRICS``); cells mean ± std over seeds, marked ▲ (bold) / ▼ where
     significantly better / worse than the variant matching the glob ``reference``, paired by seed
@@ -238,8 +254,9 @@ def metrics_table(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> str | None:
-    """The markdown table of one environment under one preference distribution and the note under
-    it, or ``None`` if it has no runs. Rows: algorithm variants and their seeds ``n``; columns:
+    """The markdown table of one environment under one preference distribution and the note under it.
+
+    Or ``None`` if it has no runs. Rows: algorithm variants and their seeds ``n``; columns:
     ``metrics``; cells mean ± std over seeds, marked as in :func:`metric_table`.
 
     :param summary: ``summary.csv`` rows
@@ -288,8 +305,11 @@ def _steps_column(summary: pd.DataFrame, column: str) -> pd.Series:
 
 
 def _loss_steps_cell(loss: pd.Series) -> str:
-    """The loss-evaluation env steps per client of a group of runs: their mean over the runs, with
-    the range when the runs differ (their episodes' lengths do), or "not recorded"."""
+    """The loss-evaluation env steps per client of a group of runs, as a table cell.
+
+    Their mean over the runs, with the range when the runs differ (their episodes' lengths do), or
+    "not recorded".
+    """
     if not np.isfinite(loss).all():
         return "not recorded"
     if loss.min() == loss.max():
@@ -298,11 +318,13 @@ def _loss_steps_cell(loss: pd.Series) -> str:
 
 
 def budget_table(summary: pd.DataFrame) -> str:
-    """What each group of runs cost, one row per environment, preference distribution and number
-    of training env steps per client (the variants that share it listed): clients, rounds, local
-    steps, env steps per client and per run, runs, wall time of the federation loop ("all" when
-    every variant of the environment and distribution took the same). Runs that did not record
-    their env steps (``env_steps_per_client`` empty) form a group of their own.
+    """What each group of runs cost, as a markdown table.
+
+    One row per environment, preference distribution and number of training env steps per client
+    (the variants that share it listed): clients, rounds, local steps, env steps per client and per
+    run, runs, wall time of the federation loop ("all" when every variant of the environment and
+    distribution took the same). Runs that did not record their env steps (``env_steps_per_client``
+    empty) form a group of their own.
 
     When the summary records the env steps spent measuring losses (``loss_env_steps_per_client``,
     runs made since they are counted), the table has them in a column of their own (0 for the
@@ -352,10 +374,11 @@ def budget_table(summary: pd.DataFrame) -> str:
 
 
 def reference_front_lines(summary: pd.DataFrame) -> list[str]:
-    """The lines of ``comparison.md`` naming the reference front of IGD / IGD+ per environment and
-    gamma, read from the summary's ``gamma``, ``front`` and ``front_size`` columns (a campaign
-    front is the non-dominated union of every run evaluated on that environment, so its run count
-    is the summary's), so that the header can be rebuilt from a committed summary alone.
+    """The lines of ``comparison.md`` naming the reference front of IGD / IGD+ per environment and gamma.
+
+    They are read from the summary's ``gamma``, ``front`` and ``front_size`` columns (a campaign
+    front is the non-dominated union of every run evaluated on that environment, so its run count is
+    the summary's), so that the header can be rebuilt from a committed summary alone.
 
     :param summary: ``summary.csv`` rows
     """
@@ -376,9 +399,11 @@ def comparison_markdown(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> str:
-    """``comparison.md``: a header (returns, reference fronts, skipped runs, inert runs), the budget
-    (:func:`budget_table`), then per preference distribution one table per metric
-    (:func:`metric_table`, with the note on its paired tests).
+    """``comparison.md``: a header, the budget, then per preference distribution one table per metric.
+
+    The header names the returns, reference fronts, skipped runs and inert runs; the budget is
+    :func:`budget_table`; the tables are :func:`metric_table`'s, each with the note on its paired
+    tests.
 
     :param campaign: the evaluated campaign
     :param metrics: keys of :data:`morlfed.metrics.METRICS`, in order (default :data:`TABLE_ORDER`)
@@ -426,9 +451,10 @@ def vision_comparison_markdown(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> str:
-    """The vision part of ``comparison.md``: the ``skipped`` run directories and the inert runs
-    (:func:`run_notes`), then per partition
-    one table per accuracy statistic (:func:`metric_table` with rows algorithm variants, columns
+    """The vision part of ``comparison.md``.
+
+    The ``skipped`` run directories and the inert runs (:func:`run_notes`), then per partition one
+    table per accuracy statistic (:func:`metric_table` with rows algorithm variants, columns
     datasets).
 
     :param summary: ``vision_summary.csv`` rows
@@ -468,8 +494,10 @@ def write_comparison(
     reference: str = REFERENCE,
     level: float = LEVEL,
 ) -> list[Path]:
-    """Write the paired tests (``stats.csv`` for ``campaign``, ``vision_stats.csv`` for
-    ``vision_summary``) and ``comparison.md`` (both parts, RL first) into ``out``; return the paths.
+    """Write the paired tests and ``comparison.md`` (both parts, RL first) into ``out``; return the paths.
+
+    The paired tests are ``stats.csv`` for ``campaign`` and ``vision_stats.csv`` for
+    ``vision_summary``.
 
     :param out: the output folder (it exists)
     :param campaign: the evaluated RL runs, or ``None``

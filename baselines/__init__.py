@@ -1,2 +1,5 @@
-"""The peer strategies the papers compare against, one per module: local (no communication),
-FedAvg, FedProx, CFL, MaTFL, IFCA. Each is registered by name through ``morlfed/conf/algo``."""
+"""The peer strategies the papers compare against, one per module.
+
+Local (no communication), FedAvg, FedProx, CFL, MaTFL, IFCA. Each is registered by name through
+``morlfed/conf/algo``.
+"""

@@ -87,8 +87,10 @@ class CFL(Strategy):
         self.eps1, self.eps2, self.warmup = float(eps1), float(eps2), int(warmup)
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
-        """Reject a warm-up that no aggregated round gets past: CFL could never split and would be
-        FedAvg by construction."""
+        """Reject a warm-up that no aggregated round gets past.
+
+        With ``warmup >= rounds`` CFL could never split and would be FedAvg by construction.
+        """
         if rounds is not None and rounds > 0 and self.warmup >= rounds:
             raise ValueError(
                 f"cfl: warmup ({self.warmup}) must be below the number of aggregated rounds ({rounds}): a cluster "
@@ -97,6 +99,11 @@ class CFL(Strategy):
             )
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Start with one cluster of every client, whose model is ``init_params``.
+
+        Also zeroes the per-client record of the most recent update (for placing absent members at a
+        split), the split-test tallies behind :meth:`inert_warning` and the record of splits.
+        """
         super().setup(n_clients, init_params, layout, rng)
         self.clusters: list[list[int]] = [list(range(n_clients))]
         self.cluster_models: list[torch.Tensor] = [init_params.detach().float().clone()]
@@ -109,9 +116,18 @@ class CFL(Strategy):
         self.splits_so_far: list[dict[str, Any]] | None = []
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send each participant a copy of its cluster's model."""
         return {cid: FitTask(params=self.cluster_models[self.model_id(cid)].clone()) for cid in participants}
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Run the split test on every cluster with participants, then update each cluster's model.
+
+        Follows steps 1-3 of the class docstring: a cluster without participants keeps its members
+        and model; a cluster that splits places its absent members by :meth:`_sides_for_absent` (and
+        without a split they stay in the one side). Records the participants' updates and
+        similarities, the split-test tallies, the checks and splits for :meth:`diagnostics` and
+        every split for :meth:`split_events`.
+        """
         clusters, models, checks, splits = [], [], [], []
         self._similarity = {}
         for members, model in zip(self.clusters, self.cluster_models):
@@ -173,21 +189,31 @@ class CFL(Strategy):
         return [int(k) if bool(self.seen[c]) else larger for c, k in zip(absent, by_cosine)]
 
     def model_for(self, cid: int) -> torch.Tensor:
+        """A copy of the model of the cluster client ``cid`` belongs to."""
         return self.cluster_models[self.model_id(cid)].clone()
 
     def model_id(self, cid: int) -> int:
+        """The index of the cluster client ``cid`` belongs to, in the current list of clusters."""
         return next(k for k, members in enumerate(self.clusters) if cid in members)
 
     def diagnostics(self) -> dict[str, Any]:
-        """``clusters`` (after this round's splits); ``checks``: per cluster that had participants,
+        """The clusters after this round's splits, this round's split checks and its splits.
+
+        ``clusters`` (after this round's splits); ``checks``: per cluster that had participants,
         its members before the split test, participant count, ``mean_norm``, ``max_norm`` and
-        whether it split; ``splits``: the two sides of every split."""
+        whether it split; ``splits``: the two sides of every split.
+        """
         return {"clusters": self.clusters, **self._last}
 
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
+        """Per cluster with participants in the last round, the cosine similarities of their updates.
+
+        Keyed by the participants (in member order) before any split of that round.
+        """
         return self._similarity
 
     def split_events(self) -> list[dict[str, Any]] | None:
+        """Every split of the run so far, or ``None`` if resumed from a checkpoint without the record."""
         return None if self.splits_so_far is None else list(self.splits_so_far)
 
     def inert_warning(self) -> str | None:
@@ -209,6 +235,7 @@ class CFL(Strategy):
         )
 
     def state_dict(self) -> dict[str, Any]:
+        """Add the clusters, their models, the last updates, the split-test tallies and the splits so far."""
         return {
             **super().state_dict(),
             "clusters": [list(c) for c in self.clusters],
@@ -220,6 +247,7 @@ class CFL(Strategy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; a checkpoint without ``splits_so_far`` leaves that record ``None``."""
         super().load_state_dict(state)
         self.clusters = [list(c) for c in state["clusters"]]
         self.cluster_models = [m.clone() for m in state["cluster_models"]]

@@ -1,5 +1,8 @@
-"""FedProx (Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020): FedAvg
-whose clients minimise their local objective plus ``mu/2 ||theta - theta_global||^2``."""
+"""FedProx: FedAvg whose clients add a proximal term to their local objective.
+
+Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020: FedAvg whose clients
+minimise their local objective plus ``mu/2 ||theta - theta_global||^2``.
+"""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ class FedProx(FedAvg):
         self.mu = float(mu)
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send every participant the global model, with ``mu`` and the global model as proximal centre."""
         return {
             cid: FitTask(params=self.global_model.clone(), prox_mu=self.mu, prox_centre=self.global_model.clone())
             for cid in participants

@@ -66,10 +66,17 @@ class IFCA(Strategy):
         self.n_models = int(n_models)
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
+        """Reject more server models than clients (``n_models > n_clients``); ``rounds`` is not checked."""
         if self.n_models > n_clients:
             raise ValueError(f"ifca: n_models (K = {self.n_models}) must be <= the number of clients ({n_clients})")
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Make the K server models: ``init_params`` and ``K - 1`` layer shuffles of it.
+
+        The shuffles are :func:`permuted_inits`, drawn from the strategy's generator ``rng``; raises
+        ``ValueError`` when they do not give K distinct models (an initial model with (almost) no
+        layer of distinct entries). No client has chosen a model yet.
+        """
         super().setup(n_clients, init_params, layout, rng)
         init = init_params.detach().float().clone()
         self.models = torch.cat([init.unsqueeze(0), permuted_inits(init, layout, self.n_models - 1, rng)])
@@ -82,9 +89,16 @@ class IFCA(Strategy):
         self._last: dict[str, Any] = {}
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send every participant all K models, asking it to train the best one and report the K losses."""
         return {cid: FitTask(params=self.models.clone(), train_best=True, report_losses=True) for cid in participants}
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Make each chosen model the sample-weighted mean of the models trained from it this round.
+
+        Every result is checked first (one ``[d]`` model and a ``model_index`` in ``[0, K)``, else
+        ``ValueError``); a model nobody chose stays as it was. Records each participant's choice (what
+        it deploys) and, for :meth:`diagnostics`, the choosers of each model and the reported losses.
+        """
         self._last = {}
         if not results:
             return
@@ -115,9 +129,11 @@ class IFCA(Strategy):
             )
 
     def model_for(self, cid: int) -> torch.Tensor:
+        """A copy of the model client ``cid`` deploys (:meth:`model_id`)."""
         return self.models[self.model_id(cid)].clone()
 
     def model_id(self, cid: int) -> int:
+        """The model client ``cid`` chose the last time it took part; 0 if it never did."""
         return int(self._deployed()[cid])
 
     def _deployed(self) -> torch.Tensor:
@@ -135,16 +151,21 @@ class IFCA(Strategy):
         )
 
     def diagnostics(self) -> dict[str, Any]:
-        """``clusters``: per model, the clients deploying it (:meth:`model_id`); ``chosen``: per
-        model, this round's choosers; ``losses``: each participant's reported losses of the K models."""
+        """Which clients deploy and chose each model, and the losses reported this round.
+
+        ``clusters``: per model, the clients deploying it (:meth:`model_id`); ``chosen``: per
+        model, this round's choosers; ``losses``: each participant's reported losses of the K models.
+        """
         deployed = self._deployed()
         clusters = [torch.nonzero(deployed == k).flatten().tolist() for k in range(self.n_models)]
         return {"clusters": clusters, **self._last}
 
     def state_dict(self) -> dict[str, Any]:
+        """Add the K models and every client's last choice to the base state."""
         return {**super().state_dict(), "models": self.models.clone(), "choices": self.choices.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`: the K models and the clients' choices."""
         super().load_state_dict(state)
         self.models = state["models"].clone()
         self.choices = state["choices"].clone()

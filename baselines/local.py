@@ -1,5 +1,8 @@
-"""No communication: every client trains on its own; the server only relays each client's own
-model back to it. The lower bound that federation has to beat."""
+"""No communication: every client trains on its own.
+
+The server only relays each client's own model back to it. The lower bound that federation has
+to beat.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ class Local(PersonalisedStrategy):
     """
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Store each participant's trained model as its own; nothing is averaged."""
         for cid, result in results.items():
             self.models[cid] = result.params.float()
 
     def model_id(self, cid: int) -> int:
+        """The client's own id: every model is personal."""
         return cid

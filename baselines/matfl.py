@@ -59,8 +59,9 @@ def soft_grouping_weights(cosine: torch.Tensor, th: float) -> torch.Tensor:
 
 
 def average_linkage_groups(cosine: torch.Tensor, n_groups: int) -> np.ndarray:
-    """Hard grouping: average-linkage agglomerative clustering on the cosine distance ``1 - C``
-    (the reference clusters the deviations with ``metric="cosine"``, which is the same distance).
+    """Hard grouping: average-linkage agglomerative clustering on the cosine distance ``1 - C``.
+
+    The reference clusters the deviations with ``metric="cosine"``, which is the same distance.
 
     :param cosine: ``[N, N]`` cosine similarities of the deviations
     :param n_groups: number of groups, ``1 <= n_groups <= N``
@@ -118,10 +119,16 @@ class MaTFL(PersonalisedStrategy):
         self.mode, self.th, self.cluster_num = mode, float(th), int(cluster_num)
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
+        """In grouping mode, reject more groups than clients; ``rounds`` is not checked."""
         if self.mode == "grouping" and self.cluster_num > n_clients:
             raise ValueError(f"matfl: cluster_num ({self.cluster_num}) must be <= the number of clients ({n_clients})")
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Give every client ``init_params`` as its model, put it in group 0 and zero the mixing tallies.
+
+        The tallies (rounds with participants, and those where some client got another client's
+        model) feed :meth:`inert_warning`.
+        """
         super().setup(n_clients, init_params, layout, rng)
         self.groups = torch.zeros(n_clients, dtype=torch.long)
         self._last: dict[str, Any] = {}
@@ -130,6 +137,14 @@ class MaTFL(PersonalisedStrategy):
         self.mixing_rounds = 0  # of those, rounds where some client got another client's model
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Give every participant its weighted average of the participants' trained models.
+
+        The weights ``W`` come from the cosines of the deviations from the participants' mean, by
+        ``mode`` (see the class docstring); in grouping mode each participant's group is recorded for
+        :meth:`model_id`. Absent clients keep their model. Records the cosines for :meth:`similarity`,
+        the weights or groups for :meth:`diagnostics`, and whether any client got another's model.
+        A round without results only clears the diagnostics and similarities.
+        """
         if not results:
             self._last, self._similarity = {}, {}
             return
@@ -150,16 +165,23 @@ class MaTFL(PersonalisedStrategy):
         self.mixing_rounds += int(bool((weights - torch.diag(torch.diagonal(weights)) > 0).any()))
 
     def model_id(self, cid: int) -> int:
-        """Soft grouping: the client's own id (every model is personal). Grouping: the group the
-        client was put in the last round it took part (0 before that)."""
+        """The client's own id in soft-grouping mode; its last group in grouping mode.
+
+        Soft grouping: the client's own id (every model is personal). Grouping: the group the
+        client was put in the last round it took part (0 before that).
+        """
         return cid if self.mode == "soft-grouping" else int(self.groups[cid])
 
     def diagnostics(self) -> dict[str, Any]:
-        """``participants`` of the last aggregation and either the soft-grouping ``weights``
-        (rows and columns in participant order) or the hard groups as ``clusters``."""
+        """The participants of the last aggregation and its weights or groups.
+
+        ``participants`` of the last aggregation and either the soft-grouping ``weights``
+        (rows and columns in participant order) or the hard groups as ``clusters``.
+        """
         return self._last
 
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
+        """The last round's cosines of the deviations, one block keyed by the participants (sorted)."""
         return self._similarity
 
     def inert_warning(self) -> str | None:
@@ -177,6 +199,7 @@ class MaTFL(PersonalisedStrategy):
         )
 
     def state_dict(self) -> dict[str, Any]:
+        """Add the clients' groups and the mixing tallies to the personal models' state."""
         return {
             **super().state_dict(),
             "groups": self.groups.clone(),
@@ -185,6 +208,7 @@ class MaTFL(PersonalisedStrategy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`: the personal models, groups and mixing tallies."""
         super().load_state_dict(state)
         self.groups = state["groups"].clone()
         self.aggregations, self.mixing_rounds = state["aggregations"], state["mixing_rounds"]

@@ -1,6 +1,7 @@
-"""Engine throughput: env steps per second of a whole federation's local training, the SB3 engine
-(``engine=sb3``: one ``RLClient`` per client) against the vectorised engine (``engine=vectorised``:
-one ``VectorisedClients`` per worker), on the same budget.
+"""Engine throughput: env steps per second of a whole federation's local training under each RL engine.
+
+The SB3 engine (``engine=sb3``: one ``RLClient`` per client) against the vectorised engine
+(``engine=vectorised``: one ``VectorisedClients`` per worker), on the same budget.
 
 Every measurement runs a real federation: FedAvg for ``--rounds`` round(s) of the env's local
 steps (``--steps``, reduced from the spec's budget but past ``learning_starts``, so gradient steps
@@ -72,8 +73,10 @@ class Measurement:
 
 
 def bench_spec(name: str, learning_starts: int | None) -> EnvSpec:
-    """The env's spec with one evaluation episode (the final evaluation is not timed) and, if
-    given, ``learning_starts`` overridden."""
+    """The env's spec with one evaluation episode and, if given, ``learning_starts`` overridden.
+
+    One evaluation episode because the final evaluation is not timed.
+    """
     spec = get_spec(name)
     kwargs = dict(spec.agent_kwargs)
     if learning_starts is not None:

@@ -1,11 +1,14 @@
-"""Do the two RL engines agree? Paired runs of ``engine=sb3`` and ``engine=vectorised`` (and
-``precision=bf16``) and an equivalence test (TOST) with a margin fixed in advance.
+"""Do the two RL engines agree? Paired runs of the engines and an equivalence test (TOST).
+
+The runs pair ``engine=sb3`` with ``engine=vectorised`` (and ``precision=bf16``), and the test's
+margin is fixed in advance.
 
 For every (env, budget, algo, seed) the study runs ``python -m morlfed.run`` once per arm (``ARMS``:
 sb3, the reference; vectorised; vectorised in bfloat16) with the same overrides, so the runs of a
 pair share the seed, hence the preferences, the initial network and every env seed; only the
-engines' own random streams (exploration, replay sampling) differ. The outcome of a run is the mean scalarised undiscounted return of its deployed models
-(``metrics.json``), with the hypervolume beside it.
+engines' own random streams (exploration, replay sampling) differ. The outcome of a run is the mean
+scalarised undiscounted return of its deployed models (``metrics.json``), with the hypervolume
+beside it.
 
 The rule, fixed before any run was looked at (docs/results/engine-agreement/README.md):
 
@@ -28,11 +31,11 @@ Usage::
 
 Each run directory (``--runs``) that already holds ``metrics.json`` is reused, and one that a run
 left unfinished (stopped by a signal or killed) is continued with ``resume=`` from its latest
-checkpoint, so a study can be extended seed by seed and across working sessions; ``runs.csv`` keeps one row per run with the commit that produced it (the
-one its ``metrics.json`` records under ``code``; the study's checkout for a run older than that). Runs
-use one torch thread, the sequential executor and the CPU (``device=cpu``, also on a machine with
-a GPU), so that every run of an engine computes the same bits on any machine with the same core
-type.
+checkpoint, so a study can be extended seed by seed and across working sessions; ``runs.csv`` keeps
+one row per run with the commit that produced it (the one its ``metrics.json`` records under
+``code``; the study's checkout for a run older than that). Runs use one torch thread, the sequential
+executor and the CPU (``device=cpu``, also on a machine with a GPU), so that every run of an engine
+computes the same bits on any machine with the same core type.
 """
 
 from __future__ import annotations
@@ -141,7 +144,8 @@ def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int
     signal, as at the end of a working session, or killed) is continued in place with ``resume=``
     from its latest checkpoint, which computes exactly what an uninterrupted run does
     (docs/scale.md), so a long study goes on where it stopped; its saved overrides must be the ones
-    this run of the study would be given."""
+    this run of the study would be given.
+    """
     if (path / "metrics.json").exists():
         return path
     saved = path / ".hydra" / "overrides.yaml"
@@ -163,8 +167,11 @@ def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int
 
 
 def current_commit() -> str:
-    """The short commit hash of the checkout that runs the study (:func:`morlfed.provenance.code_version`,
-    the record its new runs keep); a study outside a git checkout is refused."""
+    """The short commit hash of the checkout that runs the study.
+
+    It is :func:`morlfed.provenance.code_version`, the record its new runs keep; a study outside a
+    git checkout is refused.
+    """
     commit = code_version()["commit"]
     if commit is None:
         raise SystemExit("bench/engine_agreement.py: run it from a git checkout, so that every row names its commit")
@@ -172,8 +179,11 @@ def current_commit() -> str:
 
 
 def run_commit(metrics: dict[str, object], fallback: str) -> str:
-    """The commit that produced a run, as its ``metrics.json`` records it (``+modified`` when tracked
-    files differed from it); ``fallback`` for a run written before runs recorded their code."""
+    """The commit that produced a run, as its ``metrics.json`` records it.
+
+    ``+modified`` when tracked files differed from it; ``fallback`` for a run written before runs
+    recorded their code.
+    """
     code = metrics.get("code")
     if not isinstance(code, dict) or not code.get("commit"):
         return fallback
@@ -181,9 +191,12 @@ def run_commit(metrics: dict[str, object], fallback: str) -> str:
 
 
 def row(path: Path, budget: str, arm: str, commit: str) -> dict[str, object]:
-    """One ``runs.csv`` row from a finished run directory; a run in which a client fit failed is
-    no sample of either engine's training and stops the study. ``commit``: the study's checkout,
-    recorded for a run whose ``metrics.json`` does not name its own (:func:`run_commit`)."""
+    """One ``runs.csv`` row from a finished run directory.
+
+    A run in which a client fit failed is no sample of either engine's training and stops the study.
+    ``commit``: the study's checkout, recorded for a run whose ``metrics.json`` does not name its
+    own (:func:`run_commit`).
+    """
     failed = pd.read_csv(path / "rounds.csv")["failed"].dropna()
     if not failed.empty:
         raise RuntimeError(f"{path}: client fits failed in round(s) {failed.index.tolist()}: {failed.iloc[0]}")
@@ -205,9 +218,11 @@ def lock_path(path: Path) -> Path:
 
 
 def append_row(path: Path, new: dict[str, object]) -> None:
-    """Add one row to ``runs.csv``. The file is re-read and rewritten under an exclusive lock, so
-    that several studies started in one checkout (other envs, other arms) never drop each other's
-    rows."""
+    """Add one row to ``runs.csv``.
+
+    The file is re-read and rewritten under an exclusive lock, so that several studies started in
+    one checkout (other envs, other arms) never drop each other's rows.
+    """
     with open(lock_path(path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         table = pd.read_csv(path) if path.exists() else pd.DataFrame()
@@ -246,9 +261,11 @@ def curves(runs: Path, table: pd.DataFrame) -> pd.DataFrame:
 
 
 def merged_curves(fresh: pd.DataFrame, committed: Path) -> pd.DataFrame:
-    """The curves read from run directories, plus the committed ``curves.csv`` rows of every run
-    whose directory is gone (run directories are not committed, so a study grown in a later
-    session keeps the curves of its earlier seeds)."""
+    """The curves read from run directories, plus the committed ``curves.csv`` rows of runs now gone.
+
+    The committed rows kept are those of every run whose directory is gone: run directories are not
+    committed, so a study grown in a later session keeps the curves of its earlier seeds.
+    """
     if not committed.exists():
         return fresh
     old = pd.read_csv(committed)
@@ -261,8 +278,11 @@ def merged_curves(fresh: pd.DataFrame, committed: Path) -> pd.DataFrame:
 
 
 def agreement(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env, budget, algo, candidate arm, outcome): the reference's and the candidate's
-    means, the margin, the interval and the verdict over the seeds that both arms ran."""
+    """The equivalence results: one row per (env, budget, algo, candidate arm, outcome).
+
+    Each row holds the reference's and the candidate's means, the margin, the interval and the
+    verdict over the seeds that both arms ran.
+    """
     out = []
     for env, budget, algo, arm in sorted(
         set(table[["env", "budget", "algo", "engine"]].itertuples(index=False, name=None))
@@ -302,8 +322,10 @@ def agreement(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict(result: Equivalence | None, n: int) -> str:
-    """The tested row's verdict at a planned look (:data:`LOOKS`, or past the last); before the
-    first look ``pending``, between two looks ``interim`` (a study still growing)."""
+    """The tested row's verdict at a planned look (:data:`LOOKS`, or past the last).
+
+    Before the first look ``pending``, between two looks ``interim`` (a study still growing).
+    """
     if n < LOOKS[0]:
         return f"pending (n < {LOOKS[0]})"
     if n not in LOOKS and n < LOOKS[-1]:
@@ -346,8 +368,10 @@ def figure(curve: pd.DataFrame, path: Path) -> None:
 
 
 def report(out: Path, runs: Path) -> str:
-    """Rebuild ``agreement.md`` and ``learning.png`` from ``runs.csv`` (and the run directories'
-    ``rounds.csv`` for the curves); return the markdown."""
+    """Rebuild ``agreement.md`` and ``learning.png`` from ``runs.csv``; return the markdown.
+
+    For the curves it also reads the run directories' ``rounds.csv``.
+    """
     table = pd.read_csv(out / "runs.csv")
     result = agreement(table)
     text = [

@@ -1,6 +1,7 @@
-"""The vectorised engine against the arithmetic floor: the cost of one batched gradient step on the
-headline's shapes next to a bare torch chain of the same matrix products, and the headline's
-projected wall time.
+"""The vectorised engine against the arithmetic floor, and the headline's projected wall time.
+
+The cost of one batched gradient step on the headline's shapes next to a bare torch chain of the
+same matrix products, and the headline's projected wall time.
 
 **Step and floor.** The learner is the one the headline run builds (``env=mo-lunar-lander``: 10
 clients' 8-256-256-4 Q-networks, batch 128; ``--env`` and ``--clients`` change it), its replay
@@ -56,9 +57,12 @@ HEADLINE = ["env=mo-lunar-lander", "dist=dirichlet"]
 def engine_step(
     env: str, clients: int, precision: str
 ) -> tuple[Callable[[], None], Callable[[], None], list[tuple[int, int]], int]:
-    """One gradient step of the headline's learner as a closure, its Adam update alone as another
-    (the step's last pass, over the gradients the step left), the Q-network's layer shapes
-    ``(in, out)`` and the batch size."""
+    """The headline learner's gradient step and Adam update as closures, its layer shapes and batch size.
+
+    The first closure is one gradient step of the headline's learner, the second its Adam update
+    alone (the step's last pass, over the gradients the step left); the shapes are the Q-network's
+    layers as ``(in, out)``.
+    """
     spec = get_spec(env)
     _, learner, _ = stacked_algorithm(spec, clients, 0, 100_000, "cpu", precision)
     assert isinstance(learner, StackedDQN), f"{env} does not use DQN"
@@ -121,7 +125,8 @@ def projected_headline(engine: str, precision: str) -> tuple[float, dict]:
 
     The round runs on the executor and workers that ``executor=auto`` gives the full run: one round
     alone is too short for auto to start worker processes (``MIN_PARALLEL_STEPS``), so left to
-    itself it would time a sequential round that the headline never runs."""
+    itself it would time a sequential round that the headline never runs.
+    """
     spec = get_spec("mo-lunar-lander")
     full = resolve("auto", None, "auto", spec.n_clients, spec.n_clients * spec.rounds * spec.local_steps)
     executor = [f"executor={full.executor}"] + ([f"executor.workers={full.workers}"] if full.workers else [])

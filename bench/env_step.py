@@ -1,6 +1,8 @@
-"""The envs' own cost: microseconds per env step of each spec's training env (with morlfed's
-wrappers, random actions from a seeded generator, resets included), and what stepping alone costs
-per round of the spec's default run (``n_clients x local_steps`` steps on one core).
+"""The envs' own cost: microseconds per env step of each spec's training env, and per round.
+
+The training env runs with morlfed's wrappers and random actions from a seeded generator, resets
+included; also shown is what stepping alone costs per round of the spec's default run
+(``n_clients x local_steps`` steps on one core).
 
 No engine can run a round faster than its envs step on the cores it uses: this is the floor that
 the GPU figures of docs/engines.md ("GPU") are read against.

@@ -80,6 +80,12 @@ def measure(env: str, n: int) -> dict:
 
 
 def main() -> None:
+    """Print the memory table of ``--envs`` and, when mo-lunar-lander is among them, the budget line.
+
+    Each env is measured in a fresh process running this script with the internal ``--only ENV``,
+    which prints that env's figures as JSON; an env whose process fails gets a ``failed`` line
+    instead.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default=",".join(ENVS), help="env spec names (default: %(default)s)")
     parser.add_argument("--clients", type=int, default=8, help="clients built per env (default: %(default)s)")

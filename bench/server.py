@@ -91,8 +91,10 @@ def run_case(name: str, n: int, d: float, round: int = 101) -> dict:
 
 
 def synthetic_result(task, update, g):
-    """What a client would report for ``task``: the received model(s) moved by ``update``, and
-    random losses / model choice where the task asks for them."""
+    """What a client would report for ``task``: the received model(s) moved by ``update``.
+
+    It has random losses / model choice where the task asks for them.
+    """
     import torch
 
     from morlfed.protocol import FitResult
@@ -108,6 +110,13 @@ def synthetic_result(task, update, g):
 
 
 def main() -> None:
+    """Time ``aggregate`` for every strategy, N and d asked for, each case in a fresh process.
+
+    Each case is a line of the printed table. A case's process runs this script with the internal
+    ``--case NAME:N:D``, which prints that case's figures as JSON; a case whose process fails gets a
+    ``failed`` line. Strategies that are not registered are named and skipped. The fedpref case at
+    N = 1000, d = 1e5 is also checked against its target.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--strategies",

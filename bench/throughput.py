@@ -1,6 +1,7 @@
-"""Client throughput: environment steps per second of a federation of DQN clients on
-mo-lunar-lander under each executor, against the same SB3 agents trained one after another
-without morlfed (the overhead-free reference).
+"""Client throughput: env steps per second of a federation of DQN clients on mo-lunar-lander, per executor.
+
+Each executor is measured against the same SB3 agents trained one after another without morlfed
+(the overhead-free reference).
 
 Each measurement runs in a fresh Python process. A federation runs FedAvg for ``--rounds`` rounds
 of ``--local-steps`` env steps per client; its time is the sum of the rounds' wall times in
@@ -36,6 +37,7 @@ RUNS = ("sb3", "sequential", "process", "ray")
 
 
 def preferences(spec, n: int, seed: int):
+    """``n`` Dirichlet preferences over ``spec``'s objectives, from the ``preferences`` stream of ``seed``."""
     from morlfed.preferences import sample_preferences
     from morlfed.seeding import generator
 
@@ -103,6 +105,13 @@ def sb3_reference(spec, n: int, rounds: int, steps: int, seed: int) -> dict:
 
 
 def main() -> None:
+    """Measure each run of ``--runs`` in a fresh process and print env steps per second, ratios and targets.
+
+    A measurement's process runs this script with the internal ``--only RUN`` (``sb3`` for the
+    reference, else an executor kind), which prints its figures as JSON; a measurement whose process
+    fails gets a ``failed`` line. A row's ratios to ``sequential`` and ``sb3`` need those measured
+    before it; each target is checked when both of its runs were measured.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="mo-lunar-lander", help="env spec name (default: %(default)s)")
     parser.add_argument("--clients", type=int, default=8, help="number of clients / agents (default: %(default)s)")

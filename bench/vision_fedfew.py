@@ -107,6 +107,12 @@ def table(out: Path, algos: list[str]) -> str:
 
 
 def main() -> None:
+    """Run each strategy asked for through the command line, then print the comparison table.
+
+    Each strategy is one hydra multirun over the seeds (:func:`run_strategy`) into ``--out``, its
+    wall time printed as it ends; unknown strategies are a usage error. The table is :func:`table`'s,
+    followed by the whole benchmark's wall time.
+    """
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated strategies (default: all ten)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated root seeds (default: 0,1,2)")

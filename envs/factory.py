@@ -74,9 +74,8 @@ class GlobalNumpyRNGIsolation(gym.Wrapper):
     and restored around it). A ``step`` does too, unless the env's draws during a step are known
     and routed to the private RNG (:meth:`_route_step_draws`): then the step runs as is.
 
-    Args:
-        env: the env to wrap.
-        seed: initial seed of the private RNG (used until a ``reset(seed=...)``).
+    :param env: the env to wrap
+    :param seed: initial seed of the private RNG (used until a ``reset(seed=...)``)
     """
 
     def __init__(self, env: gym.Env, seed: int | None = None) -> None:
@@ -193,9 +192,8 @@ def _as_spec(spec: EnvSpec | str) -> EnvSpec:
 def validate_weights(spec: EnvSpec, weights: Sequence[float] | np.ndarray) -> np.ndarray:
     """Check a preference vector against the spec and return it as ``float32 [m]``.
 
-    Raises:
-        ValueError: wrong number of entries (``"weights have 3 entries but deep-sea-treasure has
-            2 objectives (treasure, time)"``) or non-finite values.
+    :raises ValueError: wrong number of entries (``"weights have 3 entries but deep-sea-treasure has
+        2 objectives (treasure, time)"``) or non-finite values
     """
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1:
@@ -215,8 +213,10 @@ def validate_weights(spec: EnvSpec, weights: Sequence[float] | np.ndarray) -> np
 
 
 def _quiet_make(gym_id: str, **kwargs: Any) -> gym.Env:
-    """``mo_gymnasium.make`` without gymnasium's warning about DST's float64 bounds on a float32
-    Box, which it repeats at every construction."""
+    """``mo_gymnasium.make`` without gymnasium's warning about DST's float64 bounds on a float32 Box.
+
+    Gymnasium repeats that warning at every construction.
+    """
     import mo_gymnasium
 
     with warnings.catch_warnings():
@@ -257,14 +257,11 @@ def make_train_env(spec: EnvSpec | str, weights: Sequence[float] | np.ndarray, s
     spaces are seeded with ``seed``; seed the episodes through ``reset(seed=...)`` (SB3 does this
     when the model is created with ``seed=``).
 
-    Args:
-        spec: the env spec (or its name).
-        weights: the client's preference, one entry per objective.
-        seed: seed of the spaces (and of the private global-numpy state of flagged envs).
-
-    Raises:
-        ValueError: ``weights`` has the wrong number of entries.
-        MissingDependencyError: Box2D / MuJoCo not installed.
+    :param spec: the env spec (or its name)
+    :param weights: the client's preference, one entry per objective
+    :param seed: seed of the spaces (and of the private global-numpy state of flagged envs)
+    :raises ValueError: ``weights`` has the wrong number of entries
+    :raises MissingDependencyError: Box2D / MuJoCo not installed
     """
     from mo_gymnasium.wrappers import LinearReward
     from stable_baselines3.common.monitor import Monitor
@@ -281,8 +278,7 @@ def make_eval_env(spec: EnvSpec | str, seed: int | None) -> gym.Env:
 
     Reset every episode with :func:`reset_env` (seeded).
 
-    Raises:
-        MissingDependencyError: Box2D / MuJoCo not installed.
+    :raises MissingDependencyError: Box2D / MuJoCo not installed
     """
     return _make_base(_as_spec(spec), seed)
 
@@ -313,8 +309,7 @@ def reset_env(env: gym.Env, seed: int | None) -> tuple[Any, dict[str, Any]]:
     :class:`GlobalNumpyRNGIsolation`); for such an env built elsewhere ``np.random.seed(seed)`` is
     called, the only way to make its episode reproducible.
 
-    Returns:
-        ``(observation, info)`` of the reset.
+    :return: ``(observation, info)`` of the reset
     """
     if seed is not None and _find_isolation(env) is None:
         gym_id = getattr(getattr(env.unwrapped, "spec", None), "id", None)
@@ -338,8 +333,9 @@ def _known_front_cached(gym_id: str, gamma: float, n_objectives: int, env_kwargs
 
 
 def known_front(spec: EnvSpec | str, gamma: float | None = None) -> np.ndarray | None:
-    """The known Pareto front ``[k, m]`` of returns discounted with ``gamma`` (default
-    ``spec.gamma``; 1.0 gives undiscounted returns), or ``None`` if there is none.
+    """The known Pareto front ``[k, m]`` of returns discounted with ``gamma``, or ``None`` if there is none.
+
+    ``gamma`` defaults to ``spec.gamma``; 1.0 gives undiscounted returns.
 
     ``env.unwrapped.pareto_front(gamma=gamma)``: 10 points for deep-sea-treasure; an
     approximate front (convex coverage set of mine trips) for minecart, returned as is (not

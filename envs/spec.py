@@ -193,8 +193,10 @@ class EnvSpec:
         return len(self.objectives)
 
     def reference_point(self, returns: str = "discounted") -> tuple[float, ...]:
-        """The hypervolume reference point of ``returns``: ``ref_point`` for ``"discounted"``,
-        ``ref_point_undiscounted`` (else ``ref_point``) for ``"undiscounted"``.
+        """The hypervolume reference point of ``returns``.
+
+        ``ref_point`` for ``"discounted"``, ``ref_point_undiscounted`` (else ``ref_point``) for
+        ``"undiscounted"``.
 
         :param returns: ``"discounted"`` or ``"undiscounted"``
         """
@@ -377,8 +379,7 @@ def aliases() -> dict[str, str]:
 def resolve_name(name: str) -> str:
     """Map a canonical name, alias or gym id to the canonical name.
 
-    Raises:
-        ValueError: unknown name; the message lists the valid names and aliases.
+    :raises ValueError: unknown name; the message lists the valid names and aliases
     """
     canonical, alias_map = _registry()
     if name in canonical:
@@ -394,8 +395,7 @@ def resolve_name(name: str) -> str:
 def get_spec(name: str) -> EnvSpec:
     """Return the :class:`EnvSpec` of an environment (canonical name, alias or gym id).
 
-    Raises:
-        ValueError: unknown name (the message lists the valid names) or an invalid YAML.
+    :raises ValueError: unknown name (the message lists the valid names) or an invalid YAML
     """
     canonical_name = resolve_name(name)
     return EnvSpec.from_config(copy.deepcopy(_registry()[0][canonical_name]))

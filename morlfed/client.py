@@ -1,5 +1,4 @@
-"""The client skeleton: a :class:`~morlfed.protocol.FitTask` is interpreted here, once, for every
-task and engine.
+"""The client skeleton, which interprets a :class:`~morlfed.protocol.FitTask` once for every task and engine.
 
 A task's client (or an engine that trains many clients at once) subclasses :class:`ClientBase`
 and fills in three things: train one model per client (:meth:`ClientBase._train`), measure the
@@ -94,9 +93,11 @@ def break_ties(losses: torch.Tensor, rng: np.random.Generator) -> int:
 
 
 def models_to_train(task: FitTask, losses: torch.Tensor | None, rng: np.random.Generator) -> list[int]:
-    """Which rows of a (checked) task's ``[K, d]`` params a client trains: ``[0]`` for a single
-    model, all K for ``train_all``, the lowest-loss one for ``train_best`` (ties drawn from
-    ``rng``), else ``train_model``."""
+    """Which rows of a (checked) task's ``[K, d]`` params a client trains.
+
+    ``[0]`` for a single model, all K for ``train_all``, the lowest-loss one for ``train_best``
+    (ties drawn from ``rng``), else ``train_model``.
+    """
     if task.params.ndim == 1:
         return [0]
     if task.train_all:
@@ -178,13 +179,18 @@ class ClientBase(ABC):
 
     @abstractmethod
     def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
-        """Client ``cid``'s loss of the ``[d]`` model ``params`` (``keys`` is ``(round, k)``) and the
-        env steps measuring it took (``None``: not counted, e.g. a pass over data)."""
+        """Client ``cid``'s loss of the ``[d]`` model ``params`` and the env steps measuring it took.
+
+        ``keys`` is ``(round, k)``; the steps are ``None`` when not counted (e.g. a pass over data).
+        """
 
     @abstractmethod
     def _fit_metrics(self, cid: int, outputs: list[TrainOutput], serving: int) -> dict[str, float]:
-        """The training metrics of a fit's shared-model trainings (``outputs[serving]`` trained
-        the model that serves the client: the lowest-loss one under ``train_all`` with losses)."""
+        """The training metrics of a fit's shared-model trainings.
+
+        ``outputs[serving]`` trained the model that serves the client: the lowest-loss one under
+        ``train_all`` with losses.
+        """
 
     @abstractmethod
     def _personal_metrics(self, cid: int, output: TrainOutput) -> dict[str, float]:
@@ -294,8 +300,11 @@ class ClientBase(ABC):
 
 
 class SingleClient(ClientBase):
-    """A :class:`ClientBase` that trains one client (``cid``) one job at a time: it implements
-    :meth:`_train_one` and the :class:`~morlfed.protocol.Client` protocol's ``evaluate``."""
+    """A :class:`ClientBase` that trains one client (``cid``) one job at a time.
+
+    A subclass implements :meth:`_train_one` and the :class:`~morlfed.protocol.Client` protocol's
+    ``evaluate``.
+    """
 
     cid: int
 
@@ -324,12 +333,14 @@ class SingleClient(ClientBase):
         """Evaluate a ``[d]`` model (``None``: the personal model) with randomness from ``seed``."""
 
     def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
+        """Evaluate ``params`` on this object's only client with :meth:`evaluate`; ``cid`` is not checked."""
         return self.evaluate(params, seed)
 
 
 def mean_learner_stats(outputs: list[TrainOutput]) -> dict[str, float]:
-    """Per key, the mean of the trainings' finite :attr:`TrainOutput.learner` values (keys
-    without one left out).
+    """Per key, the mean of the trainings' finite :attr:`TrainOutput.learner` values.
+
+    Keys without a finite value are left out.
 
     :param outputs: the trainings of one fit
     """

@@ -104,12 +104,15 @@ class FaultyClient:
         self.faults = {f.round: f.kind for f in faults}
 
     def __getattr__(self, name: str) -> Any:
+        """Delegate any attribute the wrapper lacks (``cid``, ``evaluate``, ...) to the real client."""
         return getattr(self.client, name)
 
     def fit(self, task: FitTask) -> FitResult:
-        """Run the real fit and misbehave as this round's fault says (``raise``, ``hang`` and
-        ``nan`` strike after training, so the client's state has really changed and must be
-        rolled back; ``freeze`` and ``kill_worker`` strike before)."""
+        """Run the real fit and misbehave as this round's fault says.
+
+        ``raise``, ``hang`` and ``nan`` strike after training, so the client's state has really
+        changed and must be rolled back; ``freeze`` and ``kill_worker`` strike before.
+        """
         kind = self.faults.get(task.round)
         if kind == "freeze":
             signal.signal(signal.SIGALRM, signal.SIG_IGN)  # deaf to the in-process timeout
@@ -149,8 +152,9 @@ class FaultyClientFactory:
         return FaultyClient(client, mine) if mine else client
 
     def make_host(self, cids: list[int], timeout: float | None) -> ClientHost:
-        """The wrapped factory's own host if it builds one (its clients get no faults: fault
-        injection applies to per-client hosts), else a per-client host of this factory's clients.
+        """The wrapped factory's own host if it builds one, else a per-client host of this factory's clients.
+
+        The wrapped factory's host gets no faults: fault injection applies to per-client hosts.
 
         :param cids: the client ids the host owns
         :param timeout: ``client_timeout`` in seconds (``None`` or 0: unlimited)

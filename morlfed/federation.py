@@ -125,8 +125,11 @@ class FederationOutcome:
     seconds_before: float | None = None
 
     def time_record(self) -> dict[str, Any]:
-        """What ``metrics.json`` keeps of the run's time: ``wall_time_s``, and for a run resumed in
-        place the round it continued after and the seconds recorded before it."""
+        """What ``metrics.json`` keeps of the run's time.
+
+        ``wall_time_s``, and for a run resumed in place the round it continued after
+        (``resumed_after_round``) and the seconds recorded before it (``wall_time_before_resume_s``).
+        """
         record: dict[str, Any] = {"wall_time_s": round(self.seconds, 2)}
         if self.resumed_after is not None:
             before = None if self.seconds_before is None else round(self.seconds_before, 2)
@@ -134,8 +137,10 @@ class FederationOutcome:
         return record
 
     def strategy_record(self) -> dict[str, Any]:
-        """What ``metrics.json`` keeps of the strategy's own account of the run: ``inert_warning``,
-        and ``split_events`` for a strategy that splits clusters."""
+        """What ``metrics.json`` keeps of the strategy's own account of the run.
+
+        ``inert_warning``, and ``split_events`` for a strategy that splits clusters.
+        """
         record: dict[str, Any] = {"inert_warning": self.inert_warning}
         if self.split_events is not None:
             record["split_events"] = self.split_events
@@ -197,8 +202,10 @@ class Federation:
         self._loss_steps_spent: dict[int, int | None] = dict.fromkeys(range(cfg.n_clients), 0)
 
     def resume(self, path: Path, in_place: bool = True) -> None:
-        """Continue from the checkpoint at ``path``: strategy, "+FT" models, global RNGs, every
-        client's state and the logs up to its round; the next :meth:`run` starts after it.
+        """Continue from the checkpoint at ``path``; the next :meth:`run` starts after its round.
+
+        Restores the strategy, the "+FT" models, the global RNGs, every client's state and the logs
+        up to its round.
 
         :param path: the checkpoint
         :param in_place: the same run goes on (``resume=``), so its wall time goes on from the
@@ -241,8 +248,10 @@ class Federation:
         return self.checkpointer.save(rnd, state, self.executor)
 
     def run(self) -> FederationOutcome:
-        """Run the remaining rounds, then evaluate every client's deployed model (raises
-        :class:`~morlfed.interrupt.RunStopped` when a signal stops it)."""
+        """Run the remaining rounds, then evaluate every client's deployed model.
+
+        Raises :class:`~morlfed.interrupt.RunStopped` when a signal stops it.
+        """
         cfg, stop = self.cfg, self.stop
         self._started = time.perf_counter()
         budgets = [len(participants_for(cfg, r)) * cfg.local_steps for r in range(1, cfg.rounds + 1)]
@@ -280,15 +289,19 @@ class Federation:
         )
 
     def _elapsed(self) -> float | None:
-        """The loop's seconds since the run's start, the rounds before a resume included (``None``:
-        a checkpoint that predates the record did not say how long they took)."""
+        """The loop's seconds since the run's start, the rounds before a resume included.
+
+        ``None``: a checkpoint that predates the record did not say how long they took.
+        """
         if self._seconds_before is None:
             return None
         return self._seconds_before + time.perf_counter() - self._started
 
     def _round(self, rnd: int, progress: RoundProgress) -> None:
-        """Round ``rnd``: configure, fit (a stop abandons the round there), aggregate (or keep the
-        "+FT" models), log, checkpoint.
+        """Round ``rnd``: configure, fit, aggregate, log, checkpoint.
+
+        A stop abandons the round during the fit; a "+FT" run's last round keeps the fine-tuned
+        models instead of aggregating.
 
         :param rnd: the round
         :param progress: the run's progress bar
@@ -320,8 +333,10 @@ class Federation:
         progress.round_done(rnd, train_reward=f"{reward:.3g}", failed=str(len(failed)))
 
     def _count_steps(self, ok: dict[int, FitResult]) -> None:
-        """Add the usable fits' ``steps_spent`` and ``loss_steps_spent`` to their clients' totals
-        (unknown stays unknown)."""
+        """Add the usable fits' ``steps_spent`` and ``loss_steps_spent`` to their clients' totals.
+
+        Unknown stays unknown: a ``None`` total or count leaves the total ``None``.
+        """
         for cid, result in ok.items():
             for totals, spent in (
                 (self._steps_spent, result.steps_spent),

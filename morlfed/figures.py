@@ -144,8 +144,9 @@ def clients_panel(
     label: str = "clients",
     nd_label: str | None = "non-dominated",
 ) -> None:
-    """Scatter the clients' returns on objectives ``i`` and ``j`` of ``ax``, coloured by their
-    weight on the first objective, the non-dominated ones ringed in red.
+    """Scatter the clients' returns on objectives ``i`` and ``j`` of ``ax``, non-dominated ones ringed in red.
+
+    The points are coloured by the clients' weight on the first objective.
 
     :param ax: the panel
     :param returns: ``[n_clients, m]`` vector returns

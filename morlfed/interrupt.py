@@ -34,8 +34,10 @@ def exit_status(sig: signal.Signals) -> int:
 
 
 class RunStopped(BaseException):
-    """The run was stopped by a signal. A ``BaseException``, like ``KeyboardInterrupt``, so that
-    code catching ``Exception`` (a client's guarded fit, a library) cannot swallow it.
+    """The run was stopped by a signal.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so that code catching ``Exception`` (a client's
+    guarded fit, a library) cannot swallow it.
 
     :param sig: the signal that stopped it
     """
@@ -46,8 +48,9 @@ class RunStopped(BaseException):
 
 
 class StopNow(SystemExit):
-    """A second signal: exit at once with the first signal's status (a ``SystemExit``: Python
-    prints no traceback for it).
+    """A second signal: exit at once with the first signal's status.
+
+    A ``SystemExit``: Python prints no traceback for it.
 
     :param sig: the first signal
     """
@@ -58,16 +61,20 @@ class StopNow(SystemExit):
 
 
 def _say(text: str) -> None:
-    """Write a line to stderr from a signal handler: a raw write, since the handler may run while
-    the main thread is in the middle of writing to ``sys.stderr`` (a buffered stream that refuses
-    to be re-entered)."""
+    """Write a line to stderr from a signal handler.
+
+    A raw write, since the handler may run while the main thread is in the middle of writing to
+    ``sys.stderr`` (a buffered stream that refuses to be re-entered).
+    """
     os.write(2, f"\nmorlfed: {text}\n".encode())
 
 
 class StopSignals:
-    """Context manager: SIGINT and SIGTERM stop the run (see the module docstring); the previous
-    handlers come back at exit. Re-entrant: a federation entering the one its caller installed
-    changes nothing. Installs nothing outside the main thread, where signals cannot be handled.
+    """Context manager: SIGINT and SIGTERM stop the run (see the module docstring).
+
+    The previous handlers come back at exit. Re-entrant: a federation entering the one its caller
+    installed changes nothing. Installs nothing outside the main thread, where signals cannot be
+    handled.
     """
 
     def __init__(self) -> None:
@@ -78,12 +85,19 @@ class StopSignals:
         self._previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> StopSignals:
+        """Install the stop handlers for SIGINT and SIGTERM (outermost entry, main thread only)."""
         self._depth += 1
         if self._depth == 1 and threading.current_thread() is threading.main_thread():
             self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
         return self
 
     def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        """On the outermost exit, restore the previous handlers, unless a stopped run is leaving.
+
+        When a stopped run leaves through a ``SystemExit``, a further signal instead exits the process
+        at once (``os._exit`` with the first signal's status), where the usual handlers would end it
+        with a traceback.
+        """
         self._depth -= 1
         if self._depth == 0:
             # a stopped process on its way out (SystemExit) may still join workers and flush files:
@@ -117,8 +131,11 @@ class StopSignals:
 
     @contextlib.contextmanager
     def interruptible(self) -> Iterator[None]:
-        """A block that a signal may abandon at any point (the clients' work of a round, whose
-        result nothing keeps): a stop requested before or during it raises :class:`RunStopped`."""
+        """A block that a signal may abandon at any point.
+
+        Meant for the clients' work of a round, whose result nothing keeps: a stop requested before
+        or during it raises :class:`RunStopped`.
+        """
         before, self._interruptible = self._interruptible, True
         try:
             self.check()  # after setting the flag: a signal in between raises at once

@@ -1,5 +1,7 @@
-"""The command line, checked before hydra composes it: one ``morlfed: error:`` line, exit status 2,
-nothing written.
+"""The command line, checked before hydra composes it.
+
+A command line that fails a check gets one ``morlfed: error:`` line and exit status 2, and nothing
+is written.
 
 Left to hydra, an unknown key is a multi-line trace (``evn=...``) or, with ``+``, a key that
 nothing reads (``+evn=...`` runs the default environment, ``+n_client=5`` is ignored); a value is
@@ -78,15 +80,20 @@ def group_options(group: str) -> list[str]:
 
 
 def top_level_keys() -> set[str]:
-    """Every key a run's ``config.yaml`` may hold at its top: ``conf/config.yaml``'s settings, the
-    config groups, and what a task adds (vision: ``data``, ``model``)."""
+    """Every key a run's ``config.yaml`` may hold at its top.
+
+    ``conf/config.yaml``'s settings, the config groups, and what a task adds (vision: ``data``,
+    ``model``).
+    """
     keys = set(OmegaConf.load(CONF_DIR / "config.yaml")) - {"defaults", "hydra"}
     return keys | (set(GROUPS) - set(ADDED_GROUPS))
 
 
 def help_groups() -> str:
-    """The ``--help`` list of config groups, one ``group: options`` line each (hydra's own list
-    misses ``env``, whose configs come in through the search path)."""
+    """The ``--help`` list of config groups, one ``group: options`` line each.
+
+    Hydra's own list misses ``env``, whose configs come in through the search path.
+    """
     return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in GROUPS)
 
 
@@ -104,8 +111,10 @@ def parse(argv: list[str]) -> list[Override]:
 
 
 def _values(override: Override) -> list[Any]:
-    """An override's values: each of a sweep (choices, a range), else its one value; none for a
-    deletion or a sweep hydra alone can expand (glob, interval)."""
+    """An override's values: each of a sweep (choices, a range), else its one value.
+
+    None for a deletion or a sweep hydra alone can expand (glob, interval).
+    """
     if override.value_type in (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP):
         return list(override.sweep_iterator())
     if override.value_type == ValueType.ELEMENT:
@@ -125,7 +134,7 @@ def _line_with(override: Override, value: Any) -> str:
 
 @contextlib.contextmanager
 def _compose_api() -> Iterator[None]:
-    """hydra's compose API on morlfed's configuration, from a fresh global hydra."""
+    """Hydra's compose API on morlfed's configuration, from a fresh global hydra."""
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -165,9 +174,11 @@ def _check_groups(overrides: list[Override]) -> None:
 
 
 def _composed(overrides: list[Override]) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
-    """The configurations the command line's groups compose (unresolved, as plain containers) with
-    their group choices: one with every group at its first option, and one more for each further
-    option of a swept group."""
+    """The configurations the command line's groups compose, with their group choices.
+
+    The configurations are unresolved, as plain containers: one with every group at its first
+    option, and one more for each further option of a swept group.
+    """
     groups = [o for o in overrides if _group(o) is not None]
     fixed = [_line(o) for o in groups if not o.is_sweep_override()]
     swept = [(o, _values(o)) for o in groups if o.is_sweep_override()]
@@ -210,8 +221,10 @@ def _keys(tree: Any, prefix: str = "") -> Iterator[str]:
 
 
 def closest(word: str, candidates: Collection[str]) -> list[str]:
-    """The candidates most like ``word`` (difflib's ratio at least 0.6, and within 0.05 of the
-    best), best first; keys of the code (``_target_``) are not offered.
+    """The candidates most like ``word``, best first (at most three).
+
+    A candidate needs difflib's ratio at least 0.6, and within 0.05 of the best; keys of the code
+    (``_target_``) are not offered.
 
     :param word: the unknown word
     :param candidates: the valid words
@@ -267,9 +280,11 @@ def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str]
 
 
 def check_overrides(argv: list[str]) -> None:
-    """Raise :class:`~morlfed.settings.ConfigError` unless every override of the command line
-    names a config group option, or a key of the configuration they compose, with a value of the
-    right type (see the module docstring). The output directory is not checked.
+    """Raise :class:`~morlfed.settings.ConfigError` unless every override of the command line is valid.
+
+    Every override must name a config group option, or a key of the configuration they compose,
+    with a value of the right type (see the module docstring); a sweep needs ``-m``
+    (``--multirun``). The output directory is not checked.
 
     :param argv: the command line's arguments (hydra overrides and flags)
     """
@@ -297,9 +312,10 @@ def _check_overrides(overrides: list[Override]) -> None:
 
 
 def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> None:
-    """Raise :class:`~morlfed.settings.ConfigError` when the directory ``path`` holds a run or
-    other files: a run never writes into another run's directory. The message says what is there
-    and what to do: continue an unfinished run (``resume=``), or give a new directory.
+    """Raise :class:`~morlfed.settings.ConfigError` when the directory ``path`` holds a run or other files.
+
+    A run never writes into another run's directory. The message says what is there and what to
+    do: continue an unfinished run (``resume=``), or give a new directory.
 
     :param path: the run directory to be
     :param key: how the command line names it (``hydra.run.dir``)
@@ -319,9 +335,11 @@ def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> Non
 
 
 def sweep_dir(overrides: list[Override]) -> Path | None:
-    """The folder a sweep of these overrides writes into (``hydra.sweep.dir``, an experiment's or
-    the default), or ``None`` when it cannot be known before hydra runs (it names the time, a
-    value only hydra's run sets, or the command line has a sweep only hydra can expand: a glob).
+    """The folder a sweep of these overrides writes into, or ``None`` if it is unknown before hydra runs.
+
+    The folder is ``hydra.sweep.dir``, an experiment's or the default. It cannot be known when it
+    names the time or a value only hydra's run sets, or when the command line has a sweep only
+    hydra can expand (a glob).
 
     :param overrides: the command line's parsed overrides
     """
@@ -347,8 +365,9 @@ def sweep_dir(overrides: list[Override]) -> Path | None:
 
 
 def check_new_sweep_dir(path: Path) -> None:
-    """Raise :class:`~morlfed.settings.ConfigError` when the sweep folder ``path`` holds an earlier
-    sweep (its ``multirun.yaml``): hydra rewrites that file before the first job starts.
+    """Raise :class:`~morlfed.settings.ConfigError` when the sweep folder ``path`` holds an earlier sweep.
+
+    An earlier sweep leaves its ``multirun.yaml``, which hydra rewrites before the first job starts.
 
     :param path: the sweep folder to be
     """
@@ -361,8 +380,9 @@ def check_new_sweep_dir(path: Path) -> None:
 
 
 def precheck_argv(argv: list[str]) -> None:
-    """Check a command line before hydra composes it (see the module docstring); raises
-    :class:`~morlfed.settings.ConfigError` saying what is wrong and what is allowed.
+    """Check a command line before hydra composes it (see the module docstring).
+
+    Raises :class:`~morlfed.settings.ConfigError` saying what is wrong and what is allowed.
 
     :param argv: the command line's arguments (after ``resume=``/``branch_from=`` expansion)
     """
@@ -386,9 +406,11 @@ def precheck_argv(argv: list[str]) -> None:
 
 
 def check_creatable(path: Path, what: str = "", hint: str = "") -> None:
-    """Raise :class:`~morlfed.settings.ConfigError` unless directories can be made at ``path``: a
-    probe directory is created in its nearest existing ancestor and removed again (``os.access``
-    cannot tell: it says yes to root everywhere, also on /proc and /sys, where nothing can be created).
+    """Raise :class:`~morlfed.settings.ConfigError` unless directories can be made at ``path``.
+
+    A probe directory is created in its nearest existing ancestor and removed again (``os.access``
+    cannot tell: it says yes to root everywhere, also on /proc and /sys, where nothing can be
+    created).
 
     :param path: the directory to be created (or an existing one to write into)
     :param what: how the message names it (default: ``output directory PATH``)

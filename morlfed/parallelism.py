@@ -47,8 +47,9 @@ _WORKER_EXECUTORS = ("process", "ray")
 
 
 def cpuinfo_field(key: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
-    """The first non-empty value of ``key`` in ``cpuinfo`` (Linux's description of the processors,
-    e.g. ``model name`` or ``flags``); ``None`` where it has none or cannot be read.
+    """The first non-empty value of ``key`` in ``cpuinfo``; ``None`` where it has none or cannot be read.
+
+    ``cpuinfo`` is Linux's description of the processors; ``key`` is e.g. ``model name`` or ``flags``.
 
     :param key: the field's name
     :param cpuinfo: where the kernel describes the processors
@@ -65,10 +66,12 @@ def cpuinfo_field(key: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """The processor's model name (``/proc/cpuinfo``'s ``model name`` on Linux, else what
-    :func:`platform.processor` reports; ``unknown`` when neither says). A run's wall time depends on
-    it as much as on the core count: the same 2-core budget costs twice as much on one core type
-    as on another (docs/engines.md, "Speed").
+    """The processor's model name.
+
+    ``/proc/cpuinfo``'s ``model name`` on Linux, else what :func:`platform.processor` reports;
+    ``unknown`` when neither says. A run's wall time depends on it as much as on the core count:
+    the same 2-core budget costs twice as much on one core type as on another (docs/engines.md,
+    "Speed").
 
     :param cpuinfo: where the kernel describes the processors
     """

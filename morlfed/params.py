@@ -107,9 +107,11 @@ class ParamLayout:
         return cls.from_shapes({name: tuple(shape) for name, shape in data["layers"]}, data["head"])
 
     def __eq__(self, other: object) -> bool:
+        """Equal to another :class:`ParamLayout` with the same layers and the same head, in the same order."""
         return isinstance(other, ParamLayout) and self.layers == other.layers and self.head == other.head
 
     def __repr__(self) -> str:
+        """A short summary: the dimension ``d``, the number of layers and the head layers' names."""
         return f"ParamLayout(d={self.dim}, layers={len(self.layers)}, head={list(self.head)})"
 
 

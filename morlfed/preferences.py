@@ -86,15 +86,12 @@ def _normalise_rows(w: np.ndarray) -> np.ndarray:
 def dirichlet(n: int, m: int, rng: np.random.Generator, alpha: float = 1.0) -> np.ndarray:
     """Draw ``n`` preferences from a symmetric Dirichlet distribution.
 
-    Args:
-        n: number of clients (rows), >= 1.
-        m: number of objectives (columns), >= 2.
-        rng: the generator to draw from.
-        alpha: concentration (> 0). ``1`` is uniform on the simplex; larger values concentrate
-            around the centre ``1/m``, smaller values push mass to the corners.
-
-    Returns:
-        ``float64`` array ``[n, m]``, rows on the simplex.
+    :param n: number of clients (rows), >= 1
+    :param m: number of objectives (columns), >= 2
+    :param rng: the generator to draw from
+    :param alpha: concentration (> 0). ``1`` is uniform on the simplex; larger values concentrate
+        around the centre ``1/m``, smaller values push mass to the corners
+    :return: ``float64`` array ``[n, m]``, rows on the simplex
     """
     n, m = _check_n_m(n, m)
     rng = _check_rng(rng)
@@ -142,12 +139,9 @@ def equidistant(n: int, m: int) -> np.ndarray:
     * ``n == 1``: the single point is the centre ``1/m`` (a linspace of one point would be an
       arbitrary corner).
 
-    Args:
-        n: number of clients (rows), >= 1.
-        m: number of objectives (columns), >= 2.
-
-    Returns:
-        ``float64`` array ``[n, m]``, rows on the simplex, all rows distinct when ``n > 1``.
+    :param n: number of clients (rows), >= 1
+    :param m: number of objectives (columns), >= 2
+    :return: ``float64`` array ``[n, m]``, rows on the simplex, all rows distinct when ``n > 1``
     """
     n, m = _check_n_m(n, m)
     if n == 1:
@@ -182,16 +176,13 @@ def gaussian(
     centre) has no direction: it is redrawn, up to 100 times, and if it is still all zeros it
     falls back to the (normalised) centre. With ``sigma == 0`` every row is the centre.
 
-    Args:
-        n: number of clients (rows), >= 1.
-        m: number of objectives (columns), >= 2.
-        rng: the generator to draw from.
-        centre: length-``m`` non-negative vector with positive sum (normalised to the simplex);
-            default ``1/m`` each.
-        sigma: standard deviation per component, >= 0.
-
-    Returns:
-        ``float64`` array ``[n, m]``, rows on the simplex.
+    :param n: number of clients (rows), >= 1
+    :param m: number of objectives (columns), >= 2
+    :param rng: the generator to draw from
+    :param centre: length-``m`` non-negative vector with positive sum (normalised to the simplex);
+        default ``1/m`` each
+    :param sigma: standard deviation per component, >= 0
+    :return: ``float64`` array ``[n, m]``, rows on the simplex
     """
     n, m = _check_n_m(n, m)
     rng = _check_rng(rng)
@@ -268,20 +259,17 @@ def groups_with_labels(
     contiguous blocks (clients ``0..sizes[0]-1`` form group 0, ...) unless ``shuffle`` is true, in
     which case the assignment is permuted with ``rng``.
 
-    Args:
-        n: number of clients, >= 1.
-        m: number of objectives, >= 2.
-        rng: the generator to draw from.
-        n_groups: number of distinct weights, ``1 <= n_groups <= n``.
-        sizes: clients per group (length ``n_groups``, each >= 1, summing to ``n``); balanced if
-            omitted.
-        base: distribution of the group weights.
-        shuffle: permute which clients belong to which group.
-        **base_params: keyword parameters of the base distribution.
-
-    Returns:
-        ``(weights, labels)``: ``float64 [n, m]`` rows on the simplex, and ``int64 [n]`` group
-        label of every client (``weights[i] == group_weights[labels[i]]``).
+    :param n: number of clients, >= 1
+    :param m: number of objectives, >= 2
+    :param rng: the generator to draw from
+    :param n_groups: number of distinct weights, ``1 <= n_groups <= n``
+    :param sizes: clients per group (length ``n_groups``, each >= 1, summing to ``n``); balanced if
+        omitted
+    :param base: distribution of the group weights
+    :param shuffle: permute which clients belong to which group
+    :param base_params: keyword parameters of the base distribution
+    :return: ``(weights, labels)``: ``float64 [n, m]`` rows on the simplex, and ``int64 [n]`` group
+        label of every client (``weights[i] == group_weights[labels[i]]``)
     """
     n, m = _check_n_m(n, m)
     rng = _check_rng(rng)
@@ -331,18 +319,15 @@ def groups(
 ) -> np.ndarray:
     """Like :func:`groups_with_labels` but return only the ``[n, m]`` weights.
 
-    Args:
-        n: number of clients, >= 1.
-        m: number of objectives, >= 2.
-        rng: the generator to draw from.
-        n_groups: number of distinct weights, ``1 <= n_groups <= n``.
-        sizes: clients per group (summing to ``n``); balanced if omitted.
-        base: distribution of the group weights (``dirichlet``, ``equidistant``, ``gaussian``).
-        shuffle: permute which clients belong to which group.
-        **base_params: keyword parameters of the base distribution.
-
-    Returns:
-        ``float64 [n, m]``, rows on the simplex, exactly ``n_groups`` distinct rows.
+    :param n: number of clients, >= 1
+    :param m: number of objectives, >= 2
+    :param rng: the generator to draw from
+    :param n_groups: number of distinct weights, ``1 <= n_groups <= n``
+    :param sizes: clients per group (summing to ``n``); balanced if omitted
+    :param base: distribution of the group weights (``dirichlet``, ``equidistant``, ``gaussian``)
+    :param shuffle: permute which clients belong to which group
+    :param base_params: keyword parameters of the base distribution
+    :return: ``float64 [n, m]``, rows on the simplex, exactly ``n_groups`` distinct rows
     """
     weights, _ = groups_with_labels(n, m, rng, n_groups, sizes=sizes, base=base, shuffle=shuffle, **base_params)
     return weights
@@ -351,13 +336,10 @@ def groups(
 def fixed(n: int, m: int, weights: Sequence[Sequence[float]]) -> np.ndarray:
     """Preferences given explicitly: one row per client, or a single row shared by all.
 
-    Args:
-        n: number of clients, >= 1.
-        m: number of objectives, >= 2.
-        weights: ``n`` rows (or 1 row) of ``m`` non-negative numbers summing to 1.
-
-    Returns:
-        ``float64 [n, m]``.
+    :param n: number of clients, >= 1
+    :param m: number of objectives, >= 2
+    :param weights: ``n`` rows (or 1 row) of ``m`` non-negative numbers summing to 1
+    :return: ``float64 [n, m]``
     """
     n, m = _check_n_m(n, m)
     rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
@@ -375,21 +357,16 @@ def fixed(n: int, m: int, weights: Sequence[Sequence[float]]) -> np.ndarray:
 def sample_preferences(dist: str, n: int, m: int, rng: np.random.Generator, **params: Any) -> np.ndarray:
     """Draw the ``[n, m]`` preference matrix of ``n`` clients from the distribution ``dist``.
 
-    Args:
-        dist: one of :data:`DISTRIBUTIONS` (``dirichlet``, ``equidistant``, ``gaussian``,
-            ``groups``, ``fixed``).
-        n: number of clients, >= 1.
-        m: number of objectives, >= 2.
-        rng: the generator to draw from (ignored by ``equidistant``, which is deterministic).
-        **params: the distribution's own parameters (``alpha``; ``centre``, ``sigma``;
-            ``n_groups``, ``sizes``, ``base``, ``shuffle`` and the base's parameters).
-
-    Returns:
-        ``float64 [n, m]``, rows on the simplex.
-
-    Raises:
-        ValueError: unknown ``dist`` (the message lists the valid names), invalid ``n``/``m`` or
-            invalid distribution parameters.
+    :param dist: one of :data:`DISTRIBUTIONS` (``dirichlet``, ``equidistant``, ``gaussian``,
+        ``groups``, ``fixed``)
+    :param n: number of clients, >= 1
+    :param m: number of objectives, >= 2
+    :param rng: the generator to draw from (ignored by ``equidistant``, which is deterministic)
+    :param params: the distribution's own parameters (``alpha``; ``centre``, ``sigma``;
+        ``n_groups``, ``sizes``, ``base``, ``shuffle`` and the base's parameters)
+    :return: ``float64 [n, m]``, rows on the simplex
+    :raises ValueError: unknown ``dist`` (the message lists the valid names), invalid ``n``/``m`` or
+        invalid distribution parameters
     """
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"unknown preference distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")

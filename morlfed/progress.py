@@ -48,9 +48,10 @@ REPORTS_PER_BATCH = 20
 
 
 class StepReporter:
-    """Counts the env steps a batch of clients takes while it trains and passes them on in chunks
-    of ``every`` steps (a chunk's size is fixed by the batch's budget, not by the clock, so the
-    same batch always sends the same reports).
+    """Counts the env steps a batch of clients takes while it trains and passes them on in chunks.
+
+    A chunk is at least ``every`` steps; its size is fixed by the batch's budget, not by the clock,
+    so the same batch always sends the same reports.
 
     :param sink: called with the steps taken since its last call
     :param budget: the batch's env steps, all its clients together
@@ -105,8 +106,10 @@ class RoundProgress:
         return f"{done}/{self.rounds} rounds"
 
     def steps(self, amount: int) -> None:
-        """A batch still training reported ``amount`` more env steps: move the bar by them (never
-        past the round's budget); the clients' results, when they come, move it only by the rest.
+        """A batch still training reported ``amount`` more env steps: move the bar by them.
+
+        Never past the round's budget; the clients' results, when they come, move it only by the
+        rest.
 
         :param amount: env steps taken since the batch's last report
         """
@@ -115,8 +118,7 @@ class RoundProgress:
         self.bar.update(amount)
 
     def advance(self, amount: int) -> None:
-        """A client's fit came back: move the bar by its budget, less the steps already shown for
-        it by :meth:`steps`.
+        """A client's fit came back: move the bar by its budget, less the steps :meth:`steps` already showed.
 
         :param amount: the fit's local budget
         """
@@ -126,8 +128,10 @@ class RoundProgress:
         self.bar.update(amount - shown)
 
     def round_done(self, rnd: int, **postfix: str) -> None:
-        """Round ``rnd`` is complete: relabel the bar, show ``postfix`` beside it, and after the
-        first round of this process print the estimate of the time the rest takes.
+        """Round ``rnd`` is complete: relabel the bar and show ``postfix`` beside it.
+
+        After the first round of this process (unless it is the run's last), also print and log the
+        estimate of the time the rest takes.
 
         :param rnd: the round
         :param postfix: short facts about the round (training reward, failed clients)
@@ -147,7 +151,9 @@ class RoundProgress:
             self.bar.write(f"morlfed: {line}", file=sys.stderr)
 
     def __enter__(self) -> RoundProgress:
+        """Return the progress bar itself; the bar was opened by the constructor."""
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Close the bar, whether or not the rounds ended with an exception (which propagates)."""
         self.bar.close()

@@ -34,8 +34,9 @@ NOT_CODE = (":(top,exclude)docs", ":(top,exclude,glob)**/*.md")
 
 
 def code_version(root: Path = PACKAGE_ROOT) -> dict[str, Any]:
-    """The running code: ``{"morlfed": version, "commit": short hash or None, "modified": bool or
-    None}``. ``modified`` is true when tracked files that can change a run's numbers (all but
+    """The running code: ``{"morlfed": version, "commit": short hash or None, "modified": bool or None}``.
+
+    ``modified`` is true when tracked files that can change a run's numbers (all but
     :data:`NOT_CODE`) differ from the commit (the run's numbers then belong to no commit
     exactly); both are ``None`` outside a git checkout.
 

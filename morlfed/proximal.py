@@ -91,6 +91,7 @@ class ProximalOptimizer:
         self.optimizer.load_state_dict(state)
 
     def __getattr__(self, name: str) -> Any:
+        """Delegate any other attribute to the wrapped optimiser; ``AttributeError`` before it is set."""
         # Only reached for attributes not defined above: defaults, hooks, ... of the wrapped one.
         optimizer = self.__dict__.get("optimizer")
         if optimizer is None:  # during copy/unpickling, before __init__ ran
@@ -102,8 +103,10 @@ class ProximalOptimizer:
 def install_proximal(
     owner: object, attribute: str, centres: Mapping[torch.Tensor, torch.Tensor], mu: float
 ) -> Iterator[ProximalOptimizer]:
-    """Replace ``owner.<attribute>`` (an optimiser) by a :class:`ProximalOptimizer` inside the
-    block; the original object is restored on exit, also when the block raises.
+    """Replace ``owner.<attribute>`` (an optimiser) by a :class:`ProximalOptimizer` inside the block.
+
+    The original object is restored on exit, also when the block raises. Raises ``ValueError`` if
+    the attribute already holds a :class:`ProximalOptimizer`.
 
     Example: ``with install_proximal(agent.policy, "optimizer", centres, mu): agent.learn(...)``.
 

@@ -188,8 +188,11 @@ def _fail(out: Path, exc: ConfigError) -> NoReturn:
 
 
 def _start_tracker(plan: Plan, cfg: DictConfig, out: Path) -> Tracker:
-    """The run's tracker (``logger=``); a backend that cannot start (``logger=wandb`` online
-    without a login, ...) is one error line, and what it created is removed."""
+    """The run's tracker (``logger=``).
+
+    A backend that cannot start (``logger=wandb`` online without a login, ...) is one error line,
+    and what it created is removed.
+    """
     before = set(out.iterdir()) if out.is_dir() else set()
     config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
     try:
@@ -233,11 +236,13 @@ def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, 
 
 
 def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
-    """The checkpoint this run starts from and, for a branch, the run it branches from:
+    """The checkpoint this run starts from and, for a branch, the run it branches from.
+
     ``resume=RUN_DIR``'s latest (the run continues in place), ``branch_from=RUN_DIR``'s latest
     before its last round, with ``branch_siblings=true`` that of a finished sibling run with the
-    same config (:func:`~morlfed.resume.sibling_source`), or ``(None, None)``
-    (raises :class:`ConfigError`)."""
+    same config (:func:`~morlfed.resume.sibling_source`), or ``(None, None)``. Raises
+    :class:`ConfigError` for a command line or run directory that does not allow it.
+    """
     if cfg.resume and cfg.branch_from:
         raise ConfigError(RESUME_OR_BRANCH)
     if cfg.resume and Path(cfg.resume).absolute() != out.absolute():
@@ -260,14 +265,18 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
 
 
 def _dir_key() -> str:
-    """How the command line names this run's directory: ``hydra.run.dir`` or, in a sweep,
-    ``hydra.sweep.dir`` (the job's folder below it)."""
+    """How the command line names this run's directory: ``hydra.run.dir``, or ``hydra.sweep.dir`` in a sweep.
+
+    In a sweep the run's directory is the job's folder below ``hydra.sweep.dir``.
+    """
     return "hydra.sweep.dir" if HydraConfig.get().mode == RunMode.MULTIRUN else "hydra.run.dir"
 
 
 def launch_summary(plan: Plan, out: Path) -> list[str]:
-    """What the run prints within seconds of its launch: its directory, budget, engine, executor,
-    threads and cores (the settings as the run resolved them).
+    """The lines the run prints within seconds of its launch.
+
+    Its directory, budget, engine, executor, threads and cores (the settings as the run resolved
+    them).
 
     :param plan: the validated run
     :param out: its directory
@@ -287,9 +296,11 @@ def launch_summary(plan: Plan, out: Path) -> list[str]:
 
 
 def _record_stop(out: Path, rounds: int, sig: signal.Signals) -> None:
-    """A signal stopped the run: mark its directory stopped (``stopped.json``: never looking
-    finished), say so in ``run.log`` and print the command that continues it; a run stopped before
-    it wrote anything of its own leaves no directory.
+    """A signal stopped the run: mark its directory stopped, log it and print the command that continues it.
+
+    The mark is ``stopped.json`` (a stopped run never looks finished); the log is ``run.log``. A run
+    stopped before it wrote anything of its own leaves no directory; one that completed before the
+    signal could stop it is left as it is.
 
     :param out: the run directory
     :param rounds: the rounds configured
@@ -313,8 +324,11 @@ def _record_stop(out: Path, rounds: int, sig: signal.Signals) -> None:
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict | None:
-    """Run one federated experiment as configured; SIGINT and SIGTERM stop it within seconds
-    (:mod:`morlfed.interrupt`), keeping the last completed round's checkpoint."""
+    """Run one federated experiment as configured.
+
+    SIGINT and SIGTERM stop it within seconds (:mod:`morlfed.interrupt`), keeping the last
+    completed round's checkpoint.
+    """
     out = Path(HydraConfig.get().runtime.output_dir)
     with StopSignals() as stop:
         try:

@@ -74,10 +74,11 @@ def clear_stopped(path: Path) -> None:
 
 
 def describe_run_dir(path: Path, ignore: Collection[str] = ()) -> str | None:
-    """What the directory ``path`` holds, for a message refusing to write into it: ``None`` when
-    it does not exist or holds nothing but ``ignore``, else ``a finished run (metrics.json)``,
-    ``a run stopped by SIGTERM after 4 of 20 rounds``, ``an unfinished run ...`` or
-    ``files of its own (...)``.
+    """What the directory ``path`` holds, for a message refusing to write into it.
+
+    ``None`` when it does not exist or holds nothing but ``ignore``, else ``a finished run
+    (metrics.json)``, ``a run stopped by SIGTERM after 4 of 20 rounds``, ``an unfinished run ...``
+    or ``files of its own (...)``.
 
     :param path: a directory
     :param ignore: names of entries to overlook

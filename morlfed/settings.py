@@ -80,8 +80,10 @@ CHECKS: dict[str, Callable[[str, Any], None]] = {
 
 
 def check_setting(key: str, value: Any) -> None:
-    """Raise ``ValueError`` (what was given, what is allowed) unless ``value`` suits the top-level
-    setting ``key``; settings without a fixed type (and other keys) pass.
+    """Raise ``ValueError`` unless ``value`` suits the top-level setting ``key``.
+
+    The message says what was given and what is allowed. Settings without a fixed type (and other
+    keys) pass.
 
     :param key: a top-level key of the configuration
     :param value: its value

@@ -17,8 +17,10 @@ _TINY = 1e-12
 
 
 def top_r(block: torch.Tensor, r: float) -> torch.Tensor:
-    """Keep, in every row of ``block`` (``[N, s]``), the ``ceil(r * s)`` entries largest in
-    absolute value and zero the rest. ``r`` must be in (0, 1]; ``r = 1`` returns ``block``."""
+    """Keep the ``ceil(r * s)`` largest-magnitude entries in every row of ``block`` and zero the rest.
+
+    ``block`` is ``[N, s]``. ``r`` must be in (0, 1]; ``r = 1`` returns ``block``.
+    """
     if not 0.0 < r <= 1.0:
         raise ValueError(f"top-R fraction must be in (0, 1], got {r}")
     size = block.shape[1]
@@ -52,8 +54,10 @@ def layerwise_similarity(updates: torch.Tensor, layout: ParamLayout, r: float = 
 
 
 def row_normalise(scores: torch.Tensor) -> torch.Tensor:
-    """Aggregation weights from non-negative ``[N, N]`` scores: each row divided by its sum; a
-    row that sums to zero keeps the client's own model (a one on the diagonal)."""
+    """Aggregation weights from non-negative ``[N, N]`` scores: each row divided by its sum.
+
+    A row that sums to zero keeps the client's own model (a one on the diagonal).
+    """
     sums = scores.sum(dim=1, keepdim=True)
     empty = sums.squeeze(1) <= 0
     if bool(empty.any()):

@@ -24,9 +24,11 @@ ALGO_DIR = Path(__file__).parent / "conf" / "algo"
 
 
 class InertSettingWarning(UserWarning):
-    """A hyper-parameter switches off part of a strategy for the run's rounds (e.g. FedPref's
-    clustering with a patience longer than the run); the rest of the strategy still works. A
-    setting that would make the whole strategy another one is a ``ValueError`` instead."""
+    """A hyper-parameter switches off part of a strategy for the run's rounds.
+
+    E.g. FedPref's clustering with a patience longer than the run; the rest of the strategy still
+    works. A setting that would make the whole strategy another one is a ``ValueError`` instead.
+    """
 
 
 class Strategy(ABC):
@@ -54,8 +56,10 @@ class Strategy(ABC):
         self.rng = rng
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
-        """Raise ``ValueError`` when the hyper-parameters cannot work with ``n_clients``, or would
-        leave the method inert within ``rounds`` (e.g. a warm-up no round gets past).
+        """Raise ``ValueError`` when the hyper-parameters cannot work with the run.
+
+        That is, when they cannot work with ``n_clients``, or would leave the method inert within
+        ``rounds`` (e.g. a warm-up no round gets past).
 
         :param n_clients: the number of clients
         :param rounds: the number of rounds that are aggregated (the run's rounds, less the last
@@ -79,8 +83,10 @@ class Strategy(ABC):
         return 0
 
     def finetuned_model(self, cid: int, result: FitResult) -> torch.Tensor:
-        """The ``[d]`` model client ``cid`` keeps from its own last local training in a "+FT"
-        run (the last round is not aggregated); multi-model strategies pick one of the rows."""
+        """The ``[d]`` model client ``cid`` keeps from its own last local training in a "+FT" run.
+
+        In a "+FT" run the last round is not aggregated; multi-model strategies pick one of the rows.
+        """
         return result.params
 
     def diagnostics(self) -> dict[str, Any]:
@@ -92,16 +98,20 @@ class Strategy(ABC):
         return {}
 
     def inert_warning(self) -> str | None:
-        """After the last round: a sentence saying how the run left the method inert (e.g. a
-        clustering that never split, so the method ran as FedAvg), or ``None``. The federation
-        logs it as a warning; :meth:`validate` catches what can be known before training."""
+        """After the last round: a sentence saying how the run left the method inert, or ``None``.
+
+        E.g. a clustering that never split, so the method ran as FedAvg. The federation logs it as
+        a warning; :meth:`validate` catches what can be known before training.
+        """
         return None
 
     def split_events(self) -> list[dict[str, Any]] | None:
-        """After the last round: every cluster split of the run, in order, one
-        :func:`split_event` each (``[]``: none); ``None`` for a strategy that does not split
+        """After the last round: every cluster split of the run, in order, or ``None``.
+
+        One :func:`split_event` each (``[]``: none); ``None`` for a strategy that does not split
         clusters, or a run resumed from a checkpoint that predates the record. The run stores it in
-        ``metrics.json`` (``split_events``)."""
+        ``metrics.json`` (``split_events``).
+        """
         return None
 
     def state_dict(self) -> dict[str, Any]:
@@ -117,26 +127,32 @@ class PersonalisedStrategy(Strategy):
     """A strategy that keeps one model per client in an ``[n, d]`` matrix."""
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Give every client a copy of ``init_params`` as its model (rows of ``self.models``)."""
         super().setup(n_clients, init_params, layout, rng)
         self.models = init_params.detach().float().clone().unsqueeze(0).repeat(n_clients, 1)
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send each participant a copy of its own model."""
         return {cid: FitTask(params=self.models[cid].clone()) for cid in participants}
 
     def model_for(self, cid: int) -> torch.Tensor:
+        """A copy of client ``cid``'s own model."""
         return self.models[cid].clone()
 
     def state_dict(self) -> dict[str, Any]:
+        """Add the ``[n, d]`` matrix of personal models to the base state."""
         return {**super().state_dict(), "models": self.models.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`, the personal models included."""
         super().load_state_dict(state)
         self.models = state["models"].clone()
 
 
 def split_event(round: int, sides: Sequence[Sequence[int]]) -> dict[str, Any]:
-    """One split of a cluster, as ``metrics.json`` records it: ``{"round", "sizes", "sides"}``,
-    the sides as sorted client ids (absent members included) and their sizes.
+    """One split of a cluster, as ``metrics.json`` records it: ``{"round", "sizes", "sides"}``.
+
+    ``sides`` holds each side's client ids, sorted (absent members included), and ``sizes`` their sizes.
 
     :param round: the round whose aggregation split the cluster
     :param sides: the client ids of each side
@@ -159,8 +175,10 @@ def available_strategies() -> list[str]:
 
 
 def make_strategy(name: str, **params: Any) -> Strategy:
-    """Instantiate the strategy registered as ``name`` with its config defaults, overridden by
-    ``params``."""
+    """Instantiate the strategy registered as ``name`` with its config defaults, overridden by ``params``.
+
+    Raises ``ValueError`` for a name that is not registered (:func:`available_strategies`).
+    """
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 

@@ -46,8 +46,11 @@ NO_MUJOCO_REASON = "mujoco is not installed (pip install -e .[mujoco])"
 
 @pytest.fixture(scope="session")
 def morlfed_cli() -> CliRunner:
-    """``morlfed_cli(args, cwd=ROOT)`` runs ``python -m morlfed.run ARGS`` in a subprocess (this
-    checkout first on the path, hydra's short errors) and returns the completed process."""
+    """``morlfed_cli(args, cwd=ROOT)`` runs ``python -m morlfed.run ARGS`` in a subprocess.
+
+    This checkout comes first on the path and hydra's errors are the short ones; it returns the
+    completed process (``timeout``, 900 s by default, bounds the run).
+    """
 
     def run(args: list[str], cwd: Path = ROOT, timeout: float = 900) -> subprocess.CompletedProcess:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"}
@@ -64,8 +67,9 @@ def morlfed_cli() -> CliRunner:
 
 
 def load_bench(name: str) -> ModuleType:
-    """The script ``bench/<name>.py`` imported as module ``name`` (registered in ``sys.modules``,
-    which its dataclasses need).
+    """The script ``bench/<name>.py`` imported as module ``name``.
+
+    It is registered in ``sys.modules``, which its dataclasses need.
 
     :param name: the script's file name without ``.py``
     """
@@ -87,8 +91,9 @@ def skip_if_unavailable(name: str) -> None:
 
 
 def compose_config(overrides: list[str]) -> DictConfig:
-    """The run config ``python -m morlfed.run OVERRIDES`` composes (hydra's own node included),
-    also set as the current hydra config.
+    """The run config ``python -m morlfed.run OVERRIDES`` composes, also set as the current hydra config.
+
+    Hydra's own node is included.
 
     :param overrides: hydra overrides (``key=value``, ``+experiment=NAME``)
     """
@@ -102,8 +107,9 @@ def compose_config(overrides: list[str]) -> DictConfig:
 def assert_same_results_whatever_the_batch(
     build: EngineBuilder, work: dict[int, FitTask], alone: Sequence[int], seed: int
 ) -> None:
-    """A vectorised engine's fit of ``work`` is deterministic, changes with the seed, and gives a
-    client trained alone what it gets in the whole batch (params and metrics).
+    """A vectorised engine's fit of ``work`` is deterministic and changes with the seed.
+
+    It also gives a client trained alone what it gets in the whole batch (params and metrics).
 
     :param build: the engine: ``build()`` of every client at ``seed``, ``build([cid])`` of one,
         ``build(seed=...)`` at another seed
@@ -140,8 +146,9 @@ def saved_states(engine: VectorisedClients) -> dict[int, dict[str, Any]]:
 def assert_restored_engine_fits_alike(
     first: VectorisedClients, states: dict[int, dict[str, Any]], build: EngineBuilder, work: dict[int, FitTask]
 ) -> VectorisedClients:
-    """``first`` fits ``work``; a new engine given ``states`` (:func:`saved_states` of ``first``)
-    fits it to the same params and metrics. Returns the new engine.
+    """``first`` fits ``work``, and a new engine given ``states`` fits it to the same params and metrics.
+
+    ``states`` are :func:`saved_states` of ``first``. Returns the new engine.
 
     :param first: the engine the states were saved from
     :param states: its clients' saved states
@@ -160,8 +167,11 @@ def assert_restored_engine_fits_alike(
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that runs the CLI in a subprocess is ``slow``: ``pytest -m "not slow"`` is the
-    quick loop (tests that start worker processes or Ray carry the marker themselves)."""
+    """Mark every test that runs the CLI in a subprocess ``slow``.
+
+    ``pytest -m "not slow"`` is the quick loop (tests that start worker processes or Ray carry the
+    marker themselves).
+    """
     for item in items:
         if "morlfed_cli" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)

@@ -1,5 +1,8 @@
-"""The command line end to end: a tiny run writes a complete run directory, the same seed gives
-the same numbers, and bad input is one specific line, a non-zero exit and nothing left behind."""
+"""The command line end to end: complete run directories, the same numbers again, bad input refused.
+
+A tiny run writes a complete run directory, the same seed gives the same numbers, and bad input is
+one specific line, a non-zero exit and nothing left behind.
+"""
 
 from __future__ import annotations
 
@@ -84,9 +87,12 @@ def test_smoke_run_writes_every_file(smoke: Path):
 
 
 def test_the_env_steps_of_loss_evaluations_are_counted(tmp_path: Path, morlfed_cli, capsys):
-    """IFCA evaluates each of its 2 server models on every client every round before training
+    """The env steps of IFCA's loss evaluations are counted apart from the training's.
+
+    IFCA evaluates each of its 2 server models on every client every round before training
     (``spec.eval_episodes`` episodes each): those env steps are counted apart from the training's,
-    in final.csv, metrics.json and the evaluated summary's budget table."""
+    in final.csv, metrics.json and the evaluated summary's budget table.
+    """
     out = tmp_path / "ifca"
     proc = morlfed_cli([*TINY, "algo=ifca", "algo.n_models=2", f"hydra.run.dir={out}"], ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -112,7 +118,7 @@ def test_the_env_steps_of_loss_evaluations_are_counted(tmp_path: Path, morlfed_c
 
 
 def test_run_log_tells_the_story(smoke: Path):
-    """hydra's run.log gets morlfed's log: the start, the settings, one line per round, the end."""
+    """Hydra's run.log gets morlfed's log: the start, the settings, one line per round, the end."""
     log = (smoke / "run.log").read_text()
     assert "morlfed run deep-sea-treasure/fedpref/equidistant/seed0" in log
     assert "algo=fedpref finetune=False dist=equidistant seed=0 n_clients=3 rounds=2 local_steps=300" in log
@@ -128,8 +134,11 @@ def test_same_seed_same_numbers(smoke: Path, tmp_path: Path, morlfed_cli):
 
 
 def test_eval_every_logs_a_learning_curve_and_changes_nothing(smoke: Path, tmp_path: Path, morlfed_cli):
-    """Evaluating the deployed models after every round (here in worker processes) leaves training
-    untouched: the same final.csv as the smoke run, and the curve's last point is its final mean."""
+    """Evaluating the deployed models after every round leaves training untouched.
+
+    The evaluations run here in worker processes: the same final.csv as the smoke run, and the
+    curve's last point is its final mean.
+    """
     out = tmp_path / "curve"
     proc = morlfed_cli(
         [
@@ -214,8 +223,11 @@ PSEUDO_DIRS = [
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("args", PSEUDO_DIRS, ids=[" ".join(a) for a in PSEUDO_DIRS])
 def test_output_directory_on_a_pseudo_filesystem(args: list[str], tmp_path: Path, morlfed_cli):
-    """hydra would try to create the directory first (a 15-line trace); os.access says yes to root
-    there, so morlfed must actually try to create one."""
+    """An output directory on a pseudo-filesystem is refused in one line, before anything is created.
+
+    Hydra would try to create the directory first (a 15-line trace); os.access says yes to root
+    there, so morlfed must actually try to create one.
+    """
     proc = morlfed_cli([*TINY, *args], tmp_path)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr

@@ -1,6 +1,8 @@
-"""The final clusters of a clustered strategy scored against planted preference groups: the
-groups read off the weights, the adjusted Rand index against hand-computed values, and the
-summary and table columns that carry it."""
+"""The final clusters of a clustered strategy scored against planted preference groups.
+
+The groups read off the weights, the adjusted Rand index against hand-computed values, and the
+summary and table columns that carry it.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""The engine-agreement study's report (``bench/engine_agreement.py``): pairing by seed, the verdict
-on the tested outcome only, and curves that survive their run directories."""
+"""The engine-agreement study's report (``bench/engine_agreement.py``).
+
+Pairing by seed, the verdict on the tested outcome only, and curves that survive their run
+directories.
+"""
 
 from __future__ import annotations
 
@@ -191,8 +194,10 @@ def test_an_unfinished_run_with_other_overrides_is_refused(study: ModuleType, tm
 def test_a_stopped_run_is_continued_and_ends_as_an_uninterrupted_one(
     study: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run stopped by SIGTERM (a working session's end) is resumed in place by the study, not
-    refused or started over, and its final table is the uninterrupted run's."""
+    """A run stopped by SIGTERM (a working session's end) is resumed in place by the study.
+
+    It is not refused or started over, and its final table is the uninterrupted run's.
+    """
     tiny = ["n_clients=2", "rounds=3", "local_steps=3000"]
     monkeypatch.setitem(study.BUDGETS, "deep-sea-treasure", {"reduced": tiny})
     key = ("deep-sea-treasure", "reduced", "local", "vectorised", 0)

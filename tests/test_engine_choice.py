@@ -1,6 +1,8 @@
-"""Which engine trains a run: ``engine=auto`` follows the env spec's ``engine`` (the vectorised
-engine only where it is validated against SB3), the run records it, and fault injection, which
-wraps one client at a time, refuses a batched engine before anything runs."""
+"""Which engine trains a run: ``engine=auto`` follows the env spec's ``engine``, and the run records it.
+
+The vectorised engine runs only where it is validated against SB3; fault injection, which wraps one
+client at a time, refuses a batched engine before anything runs.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Tests of the envs package's factories: building and stepping envs, training rewards, seeding
-and global-RNG isolation. Specs, aliases and fronts: ``tests/test_envs.py``."""
+"""Tests of the envs package's factories: building and stepping envs, training rewards, seeding.
+
+Also global-RNG isolation. Specs, aliases and fronts: ``tests/test_envs.py``.
+"""
 
 from __future__ import annotations
 

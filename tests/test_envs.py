@@ -1,6 +1,7 @@
 """Tests of the envs package: YAML specs, aliases (Python and hydra), known fronts, dependencies.
 
-Factories and seeding: ``tests/test_env_factory.py``."""
+Factories and seeding: ``tests/test_env_factory.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""analysis.evaluate (the command), analysis.campaign, analysis.tables and analysis.runs on planted
-run directories (the metric additions they use: test_evaluate_metrics.py).
+"""The analysis commands and libraries on planted run directories.
+
+analysis.evaluate (the command), analysis.campaign, analysis.tables and analysis.runs on planted run
+directories (the metric additions they use: test_evaluate_metrics.py).
 
 The run directories here are written by hand in the format of morlfed.run (test_sweep.py checks
 the real thing): planted client returns give known answers (clients sitting on their optimal
@@ -56,8 +58,10 @@ def write_run(
     front_undisc: np.ndarray | None = None,
     extra: dict | None = None,
 ) -> Path:
-    """A completed run directory in morlfed.run's format (metrics.json as run.py computes it);
-    ``extra``: more top-level config keys."""
+    """A completed run directory in morlfed.run's format (metrics.json as run.py computes it).
+
+    ``extra``: more top-level config keys.
+    """
     path.mkdir(parents=True)
     n, m = weights.shape
     config = {
@@ -112,8 +116,11 @@ def optimal_points(weights: np.ndarray, front: np.ndarray) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def campaign_dir(tmp_path_factory, dst) -> Path:
-    """DST, 4 equidistant clients: `fedpref` puts every client on its optimal front point (seed 0)
-    or all but client 3 (seed 1); `fedavg` puts everyone on the nearest treasure (0.7, -1)."""
+    """DST, 4 equidistant clients: `fedpref` on their optimal front points, `fedavg` on one treasure.
+
+    `fedpref` puts every client on its optimal front point (seed 0) or all but client 3 (seed 1);
+    `fedavg` puts everyone on the nearest treasure (0.7, -1).
+    """
     spec, front, front_u = dst
     root = tmp_path_factory.mktemp("campaign")
     w = equally_spaced_weights(2, 4)
@@ -419,8 +426,11 @@ def test_variants_duplicates_and_stored_metric_mismatch(tmp_path, dst, capsys):
 
 
 def test_a_branched_run_is_the_same_variant_as_one_from_scratch(tmp_path, dst, capsys):
-    """branch_from= (like resume=, checkpoint_every, the executor) never makes a variant: a +FT
-    run branched from a checkpoint and the same +FT run from scratch are duplicates."""
+    """branch_from= never makes a variant: a branched +FT run and the same run from scratch are duplicates.
+
+    Like resume=, checkpoint_every and the executor, branch_from= is no part of a variant: a +FT run
+    branched from a checkpoint and the same +FT run from scratch are duplicates.
+    """
     spec, front, front_u = dst
     w = equally_spaced_weights(2, 3)
     kw = dict(front=front, front_undisc=front_u, finetune=True)

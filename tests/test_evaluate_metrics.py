@@ -1,5 +1,7 @@
-"""The metric additions that analysis.evaluate relies on (morlfed.metrics): the campaign front,
-sign and reference-point checks, metric directions, the ``final.csv`` return columns.
+"""The metric additions that analysis.evaluate relies on (morlfed.metrics).
+
+The campaign front, sign and reference-point checks, metric directions, the ``final.csv`` return
+columns.
 
 test_evaluate.py evaluates planted run directories with them.
 """

@@ -1,6 +1,8 @@
-"""analysis.stats and the marks of the comparison tables: paired tests against a reference
-variant on planted per-seed values (known answers), the budget table's env steps per client, and
-the mark of rows whose runs reported their strategy inert."""
+"""analysis.stats and the marks of the comparison tables.
+
+Paired tests against a reference variant on planted per-seed values (known answers), the budget
+table's env steps per client, and the mark of rows whose runs reported their strategy inert.
+"""
 
 from __future__ import annotations
 
@@ -61,8 +63,11 @@ def test_smallest_p_and_the_fewest_pairs_that_can_reach_a_level():
 
 
 def _planted(seeds: int = 6) -> pd.DataFrame:
-    """fedpref and three variants on one env: `up` is fedpref + 1 (+ noise) in every seed, `down`
-    fedpref - 1, `noise` fedpref +- 0.5 in alternate seeds; the rows shuffled (pairs by seed)."""
+    """Fedpref and three variants on one env, the rows shuffled (pairs by seed).
+
+    `up` is fedpref + 1 (+ noise) in every seed, `down` fedpref - 1, `noise` fedpref +- 0.5 in
+    alternate seeds.
+    """
     rng = np.random.default_rng(0)
     base = rng.normal(10.0, 3.0, seeds)  # large seed-to-seed spread: only pairing sees the shifts
     shifts = {

@@ -1,5 +1,8 @@
-"""Executors: the same seed gives the same run whatever runs the clients (sequential, worker
-processes, Ray actors); workers own fixed clients for the whole run; bad options are refused."""
+"""Executors: the same seed gives the same run whatever runs the clients.
+
+Sequential, worker processes or Ray actors; workers own fixed clients for the whole run; bad options
+are refused.
+"""
 
 from __future__ import annotations
 
@@ -86,9 +89,11 @@ def test_ray_executor_gives_the_sequential_run(sequential_run, tmp_path):
 
 
 class CountingClient:
-    """A tiny picklable client: its model is ``[cid, fits so far, worker pid]``; a fit adds
-    ``cid`` to the received vector (client 2 is told to fail in round 3), ``evaluate`` reports
-    the vector's sum."""
+    """A tiny picklable client: its model is ``[cid, fits so far, worker pid]``.
+
+    A fit adds ``cid`` to the received vector (client 2 is told to fail in round 3), ``evaluate``
+    reports the vector's sum.
+    """
 
     def __init__(self, cid: int) -> None:
         self.cid, self.fits = cid, 0
@@ -177,9 +182,11 @@ def test_missing_ray_names_the_extra(monkeypatch):
 # the engine seam: a factory's own host
 # ---------------------------------------------------------------------------------------------
 class RecordingHost(ClientHost):
-    """The default host that also logs every batch it is given to ``log_dir/host_<first cid>.jsonl``
-    (one line per call: operation, client ids, process id); its client state is the clients'
-    ``fits`` counters (kept where this host chooses, for the state tests)."""
+    """The default host that also logs every batch it is given to ``log_dir/host_<first cid>.jsonl``.
+
+    One line per call: operation, client ids, process id. Its client state is the clients' ``fits``
+    counters (kept where this host chooses, for the state tests).
+    """
 
     def __init__(self, factory: Any, cids: Sequence[int], timeout: float | None, log_dir: str) -> None:
         super().__init__(factory, cids, timeout)
@@ -247,8 +254,10 @@ def counting_rounds(executor: Executor) -> list[dict[int, Any]]:
 
 
 def ray_actors() -> Executor:
-    """Two Ray actors on a local instance; this module's classes travel by value (Ray workers
-    cannot import test modules)."""
+    """Two Ray actors on a local instance.
+
+    This module's classes travel by value (Ray workers cannot import test modules).
+    """
     ray = pytest.importorskip("ray")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     return RayExecutor(workers=2, num_cpus=2)

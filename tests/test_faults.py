@@ -1,6 +1,9 @@
-"""Faults: a client whose fit raises, hangs or returns NaN is excluded from that round, recorded
-in rounds.csv and retried next round from its last good state; a worker that dies or freezes is
-killed, restarted and its clients restored from the latest checkpoint; the run always completes."""
+"""Faults: a failed client is excluded from its round and retried; a dead worker is restarted.
+
+A client whose fit raises, hangs or returns NaN is excluded from that round, recorded in rounds.csv
+and retried next round from its last good state; a worker that dies or freezes is killed, restarted
+and its clients restored from the latest checkpoint; the run always completes.
+"""
 
 from __future__ import annotations
 

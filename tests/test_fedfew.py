@@ -1,5 +1,8 @@
-"""FedFew: STCH-Set weights against a direct computation, the server step, planted groups that the
-K models must specialise to, model choice, validation, resume."""
+"""FedFew: STCH-Set weights, the server step, planted groups, model choice, validation, resume.
+
+STCH-Set weights are checked against a direct computation, and the K models must specialise to the
+planted groups.
+"""
 
 from __future__ import annotations
 
@@ -85,8 +88,10 @@ def test_server_step_is_alpha_w_weighted_sum_of_updates():
 
 
 def _train(models: torch.Tensor, optimum: torch.Tensor, step: float) -> FitResult:
-    """A client of a planted group: training moves each model a fraction of the way to its
-    group's optimum; the loss of a model is its distance to that optimum."""
+    """A client of a planted group: training moves each model a fraction of the way to its group's optimum.
+
+    The loss of a model is its distance to that optimum.
+    """
     return FitResult(params=models + step * (optimum - models), num_samples=10, losses=(models - optimum).norm(dim=1))
 
 
@@ -150,9 +155,11 @@ def test_registered_with_paper_defaults():
 
 @pytest.mark.parametrize("equal_budget", [True, False])
 def test_equal_budget_splits_local_steps_among_the_k_models(equal_budget):
-    """An RL client (deep-sea-treasure) fits the default 3-model task: with the equal budget it
-    takes the env steps of a one-model client (80 per model), else 3 times as many; either way its
-    exploration clock advances by one round, as a one-model client's."""
+    """An RL client (deep-sea-treasure) fits the default 3-model task: ``equal_budget`` splits its env steps.
+
+    With the equal budget it takes the env steps of a one-model client (80 per model), else 3 times
+    as many; either way its exploration clock advances by one round, as a one-model client's.
+    """
     base = envs.get_spec("deep-sea-treasure")
     spec = dataclasses.replace(base, env_kwargs={}, agent_kwargs={**base.agent_kwargs, "learning_starts": 50})
     steps, w = 240, np.array([0.5, 0.5])  # 240 // 3 = 80: whole DQN rollouts of train_freq 4

@@ -1,5 +1,8 @@
-"""FedMHC: planted head groups share a head, bodies are averaged over everyone, absent clients,
-personal-model deployment in the federation loop, validation, resume."""
+"""FedMHC: planted head groups, averaged bodies, absent clients, personal deployment, validation, resume.
+
+Planted head groups share a head, bodies are averaged over everyone; personal models are deployed in
+the federation loop.
+"""
 
 from __future__ import annotations
 
@@ -102,8 +105,10 @@ def test_absent_client_joins_the_nearest_new_head():
 
 
 class _PlantedClient:
-    """A protocol client whose loss is the distance to its own optimum; it records what it was
-    asked to evaluate."""
+    """A protocol client whose loss is the distance to its own optimum.
+
+    It records what it was asked to evaluate.
+    """
 
     def __init__(self, cid: int, optimum: torch.Tensor) -> None:
         self.cid, self.optimum = cid, optimum
@@ -154,9 +159,12 @@ def test_registered_with_paper_defaults():
 
 @pytest.mark.parametrize("equal_budget", [True, False])
 def test_equal_budget_splits_local_steps_between_shared_and_personal_model(equal_budget):
-    """An RL client (deep-sea-treasure) fits the default task: with the equal budget the shared
-    and the personal model take half the steps each (a one-model client's env steps), else both
-    take them all; the exploration clock advances by one round either way."""
+    """An RL client (deep-sea-treasure) fits the default task: ``equal_budget`` halves each model's steps.
+
+    With the equal budget the shared and the personal model take half the steps each (a one-model
+    client's env steps), else both take them all; the exploration clock advances by one round either
+    way.
+    """
     base = envs.get_spec("deep-sea-treasure")
     spec = dataclasses.replace(base, env_kwargs={}, agent_kwargs={**base.agent_kwargs, "learning_starts": 50})
     steps, w = 240, np.array([0.5, 0.5])  # 120 each: whole DQN rollouts of train_freq 4

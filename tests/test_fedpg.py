@@ -1,5 +1,8 @@
-"""FedPG: the min-norm solver, the common descent direction, the drifted personal directions,
-absent-client reuse, the fair-driven objective, S-FedPG's step control, validation, resume."""
+"""FedPG: the min-norm solver, the descent directions, absent clients, S-FedPG, validation, resume.
+
+The common descent direction, the drifted personal directions, absent-client reuse, the fair-driven
+objective, S-FedPG's step control.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +34,10 @@ def _results(strategy: FedPG, grads: torch.Tensor, losses, cids=None) -> dict[in
 
 
 def _conflicting_grads(rng: np.random.Generator, m: int) -> torch.Tensor:
-    """Gradients sharing a component along a random direction, with large individual parts: many
-    pairs conflict (g_i . g_j < 0), yet a common descent direction exists."""
+    """Gradients sharing a component along a random direction, with large individual parts.
+
+    Many pairs conflict (g_i . g_j < 0), yet a common descent direction exists.
+    """
     common = rng.normal(size=DIM)
     common /= np.linalg.norm(common)
     return torch.tensor(common + 3.0 * rng.normal(size=(m, DIM)) / np.sqrt(DIM), dtype=torch.float32)

@@ -1,6 +1,8 @@
-"""Row labels and figure names are built only from morlfed's own settings, written as the command
-line writes them (``engine=vectorised``, never ``engine.name_vectorised_``), and a key that some
-command line added by mistake (``+evn=...``) never makes a variant."""
+"""Row labels and figure names are built only from morlfed's own settings, as the command line writes them.
+
+That is ``engine=vectorised``, never ``engine.name_vectorised_``; a key that some command line added
+by mistake (``+evn=...``) never makes a variant.
+"""
 
 from __future__ import annotations
 

@@ -28,8 +28,10 @@ def _setup(strategy: IFCA, n: int, seed: int = 0, init: torch.Tensor | None = No
 
 
 class QuadraticClient:
-    """A synthetic client honouring ``train_best``: loss ``||theta - target||^2 / d``, one step of
-    size ``lr`` towards its target on the model with the lowest loss."""
+    """A synthetic client honouring ``train_best``: loss ``||theta - target||^2 / d``.
+
+    It takes one step of size ``lr`` towards its target on the model with the lowest loss.
+    """
 
     def __init__(self, target: torch.Tensor, num_samples: int, lr: float = 0.5) -> None:
         self.target, self.num_samples, self.lr = target, num_samples, lr

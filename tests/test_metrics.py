@@ -340,8 +340,11 @@ def test_compute_metrics_dst(dst_front):
 
 
 def test_hypervolume_with_the_reference_point_of_each_kind_of_returns():
-    """mo-halfcheetah's 1000-step undiscounted returns are ~10x its discounted ones: each kind is
-    measured against its own reference point (hand-computed: two rectangles less their overlap)."""
+    """Each kind of returns is measured against its own reference point.
+
+    mo-halfcheetah's 1000-step undiscounted returns are ~10x its discounted ones. The expected
+    values are hand-computed: two rectangles less their overlap.
+    """
     spec = get_spec("mo-halfcheetah")
     disc_ref, undisc_ref = spec.reference_point("discounted"), spec.reference_point("undiscounted")
     assert (disc_ref, undisc_ref) == ((-100.0, -600.0), (-1000.0, -6001.0))

@@ -1,5 +1,6 @@
-"""The analysis notebooks run top to bottom (nbclient) on runs made here and show their figures,
-both on a campaign named by MORLFED_RUNS and, with no environment variable, right after the
+"""The analysis notebooks run top to bottom (nbclient) on runs made here and show their figures.
+
+They run both on a campaign named by MORLFED_RUNS and, with no environment variable, right after the
 README's quick start (its run under runs/, a stopped run beside it).
 
 The kernel is this interpreter (a kernelspec written to a temporary JUPYTER_PATH), so the
@@ -48,10 +49,13 @@ def runs(tmp_path_factory, morlfed_cli) -> Path:
 
 @pytest.fixture(scope="module")
 def quick_start(tmp_path_factory, morlfed_cli) -> Path:
-    """A checkout right after the README's quick start: ``python -m morlfed.run`` (at a tiny
-    budget) run from its root wrote ``runs/deep-sea-treasure/fedpref/<time>/``; a copy of that run
-    stopped after its first round (no ``metrics.json``) lies beside it. Returns the checkout's
-    ``analysis/notebooks/`` (copies of the notebooks)."""
+    """A checkout right after the README's quick start, with a stopped run beside its run.
+
+    ``python -m morlfed.run`` (at a tiny budget) run from its root wrote
+    ``runs/deep-sea-treasure/fedpref/<time>/``; a copy of that run stopped after its first round (no
+    ``metrics.json``) lies beside it. Returns the checkout's ``analysis/notebooks/`` (copies of the
+    notebooks).
+    """
     root = tmp_path_factory.mktemp("checkout")
     notebooks = root / "analysis" / "notebooks"
     shutil.copytree(NOTEBOOKS, notebooks)

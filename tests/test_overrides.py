@@ -1,7 +1,9 @@
-"""The command line refuses what it does not understand, before anything runs: an unknown key
-with or without ``+`` (the closest valid keys suggested), an option of another config group's
-choice, and a value of the wrong type or range, every value of a sweep; the CLI says so in one
-line, exit status 2, leaving no run directory."""
+"""The command line refuses what it does not understand, before anything runs.
+
+An unknown key with or without ``+`` (the closest valid keys suggested), an option of another config
+group's choice, and a value of the wrong type or range, every value of a sweep; the CLI says so in
+one line, exit status 2, leaving no run directory.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""executor=auto and torch_threads=auto: every core by default, and what the core count changes
-(nothing in the results: docs/engines.md, "Cores")."""
+"""executor=auto and torch_threads=auto: every core by default, and what the core count changes.
+
+Nothing in the results: docs/engines.md, "Cores".
+"""
 
 from __future__ import annotations
 
@@ -101,8 +103,11 @@ def _amx() -> bool:
     ],
 )
 def test_the_core_count_changes_no_number(morlfed_cli: CliRunner, tmp_path: Path, engine: str, precision: str) -> None:
-    """The promise of docs/engines.md: one thread, two threads and two worker processes train
-    the same models, bit for bit; metrics.json records what each run used."""
+    """The promise of docs/engines.md: one thread, two threads and two workers train the same models.
+
+    One thread, two threads and two worker processes train the same models, bit for bit;
+    metrics.json records what each run used.
+    """
     arm = (f"engine={engine}", f"precision={precision}")
     one = _run(morlfed_cli, tmp_path / "one", *arm, "executor=sequential", "torch_threads=1")
     two = _run(morlfed_cli, tmp_path / "two", *arm, "executor=sequential", "torch_threads=2")

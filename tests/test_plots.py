@@ -1,7 +1,8 @@
-"""morlfed.figures, analysis.charts, analysis.campaign_figures and the analysis.plot CLI: planted
-cluster structure must be laid out contiguously, rings must mark exactly the non-dominated points,
-curves must show the mean and std over seeds, and the CLI must write every figure of a real (tiny)
-FedPref run as PNG and PDF.
+"""morlfed.figures, analysis.charts, analysis.campaign_figures and the analysis.plot CLI.
+
+Planted cluster structure must be laid out contiguously, rings must mark exactly the non-dominated
+points, curves must show the mean and std over seeds, and the CLI must write every figure of a real
+(tiny) FedPref run as PNG and PDF.
 """
 
 from __future__ import annotations
@@ -223,8 +224,10 @@ def test_default_rounds():
 
 @pytest.fixture(scope="module")
 def fedpref_run(tmp_path_factory) -> Path:
-    """A real tiny FedPref run on DST: 4 clients in 2 preference groups, similarity saved, the
-    deployed models evaluated every round."""
+    """A real tiny FedPref run on DST: 4 clients in 2 preference groups.
+
+    Similarity is saved, and the deployed models are evaluated every round.
+    """
     out = tmp_path_factory.mktemp("plots") / "run"
     cmd = [
         sys.executable,
@@ -280,8 +283,10 @@ def test_plot_writes_only_the_kinds_of_figure_asked_for(fedpref_run, tmp_path, c
 
 
 def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, capsys):
-    """A stopped run (no metrics.json; rounds.csv and clusters.jsonl hold the rounds done) gets its
-    learning curves and cluster evolution, titled and announced as partial."""
+    """A stopped run gets its learning curves and cluster evolution, titled and announced as partial.
+
+    The stopped run has no metrics.json; rounds.csv and clusters.jsonl hold the rounds done.
+    """
     stopped = tmp_path / "stopped"
     shutil.copytree(fedpref_run, stopped)
     (stopped / "metrics.json").unlink()
@@ -317,8 +322,10 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
 def test_a_stopped_run_beside_a_finished_one_of_the_same_configuration_overwrites_nothing(
     fedpref_run, tmp_path, capsys
 ):
-    """Both runs have the same label, distribution and seed: each figure name gets its run
-    directory's name, and the count printed is the files on disk."""
+    """Both runs have the same label, distribution and seed: each figure name gets its run directory's name.
+
+    The count printed is the files on disk.
+    """
     runs = tmp_path / "runs"
     finished, stopped = runs / "finished", runs / "stopped"
     shutil.copytree(fedpref_run, finished)

@@ -1,5 +1,7 @@
-"""precision=bf16: the vectorised DQN's matrix products in bfloat16 (mixed precision), refused where
-it is not implemented."""
+"""precision=bf16: the vectorised DQN's matrix products in bfloat16 (mixed precision).
+
+It is refused where it is not implemented.
+"""
 
 from __future__ import annotations
 
@@ -41,8 +43,11 @@ def _batch(n: int, size: int, seed: int) -> Batch:
 
 
 def test_a_bf16_step_follows_the_fp32_step() -> None:
-    """The same clients, parameters and batches: bfloat16 products give the fp32 losses to a
-    bfloat16 rounding and move the parameters the same way."""
+    """A bfloat16 step follows the fp32 step on the same clients, parameters and batches.
+
+    Bfloat16 products give the fp32 losses to a bfloat16 rounding and move the parameters the same
+    way.
+    """
     fp32, bf16 = _learner("fp32"), _learner("bf16")
     start = fp32.online.clone()
     mask, mu, centre = torch.ones(3, dtype=torch.bool), torch.zeros(3), torch.zeros(3, fp32.layout.dim)
@@ -58,10 +63,12 @@ def test_a_bf16_step_follows_the_fp32_step() -> None:
 
 
 def test_bf16_keeps_the_td_errors_of_large_q_values() -> None:
-    """Q-values near 50 (a landing's discounted return) with TD errors well under 1: the loss and
-    the gradient follow float32's. Q-values rounded to bfloat16 (steps of 0.25 there) would make
-    the TD errors mostly rounding: the first bf16 implementation's losses were 55-79% high and its
-    gradients' cosine similarity to float32's 0.96-0.99."""
+    """Q-values near 50 with TD errors well under 1: the bf16 loss and gradient follow float32's.
+
+    Q-values near 50 are a landing's discounted return. Q-values rounded to bfloat16 (steps of 0.25
+    there) would make the TD errors mostly rounding: the first bf16 implementation's losses were
+    55-79% high and its gradients' cosine similarity to float32's 0.96-0.99.
+    """
     fp32, bf16 = _learner("fp32"), _learner("bf16")
     bias = fp32.mlp.output_names()[-1]
     for learner in (fp32, bf16):

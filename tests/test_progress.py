@@ -1,7 +1,10 @@
-"""What a run tells its user while it goes: within seconds of launch its directory, budget,
-engine, executor, threads and cores; after its first round an estimate of the time; a progress
-bar that counts env steps and moves as each client's fit comes back, and while an engine's batch
-of clients still trains, starting at the rounds done when the run is resumed."""
+"""What a run tells its user while it goes: where and how it runs, an estimate of the time, a progress bar.
+
+Within seconds of launch its directory, budget, engine, executor, threads and cores; after its first
+round an estimate of the time; a progress bar that counts env steps and moves as each client's fit
+comes back, and while an engine's batch of clients still trains, starting at the rounds done when
+the run is resumed.
+"""
 
 from __future__ import annotations
 
@@ -60,8 +63,11 @@ def test_a_step_reporter_sends_chunks_fixed_by_the_budget_not_the_clock():
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sequential", "process"])
 def test_the_vectorised_engine_moves_the_bar_while_its_batch_trains(kind: str):
-    """The engine answers once its whole batch is done; the steps it reports meanwhile must move
-    the bar before any client's result is back, and the bar must end at the round's budget."""
+    """The engine's steps reported while its batch trains move the bar before any client's result is back.
+
+    The engine answers once its whole batch is done; the steps it reports meanwhile must move the
+    bar before any client's result is back, and the bar must end at the round's budget.
+    """
     clients, steps = 4, 400
     prefs = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.1, 0.9]])
     factory = VectorisedClientFactory(envs.get_spec("deep-sea-treasure"), prefs, 0, 2 * steps)

@@ -1,5 +1,8 @@
-"""Which code produced a run (``morlfed.provenance``): the commit of a git checkout, whether its
-tracked files were modified, nothing invented outside a checkout; and the run directory keeps it."""
+"""Which code produced a run (``morlfed.provenance``), and the run directory keeps it.
+
+The commit of a git checkout, whether its tracked files were modified, nothing invented outside a
+checkout.
+"""
 
 from __future__ import annotations
 
@@ -57,8 +60,11 @@ def test_an_edited_tracked_file_marks_the_run_modified_and_an_untracked_one_does
 
 
 def test_documentation_and_committed_results_are_not_code(checkout: Path) -> None:
-    """A study writes its report (docs/results/...) into the checkout its runs import: that must
-    not mark them modified; a change to the code under the same checkout still does."""
+    """A study's report written into the checkout its runs import does not mark them modified.
+
+    A study writes its report (docs/results/...) into the checkout its runs import: that must not
+    mark them modified; a change to the code under the same checkout still does.
+    """
     (checkout / "docs" / "results").mkdir(parents=True)
     (checkout / "docs" / "results" / "runs.csv").write_text("seed\n0\n")
     (checkout / "README.md").write_text("# readme\n")

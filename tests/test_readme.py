@@ -1,8 +1,10 @@
-"""Every command README.md shows runs as written in a fresh shell after its set-up line: each names
-the virtual environment's own tools (never a bare ``python`` or ``pip``), an existing module,
-script, file or extra, and for ``morlfed.run`` existing config groups, options and keys with
-values of the right type, a configuration that validates (``build_plan``), and run directories
-that an earlier command writes."""
+"""Every command README.md shows runs as written in a fresh shell after its set-up line.
+
+Each names the virtual environment's own tools (never a bare ``python`` or ``pip``), an existing
+module, script, file or extra, and for ``morlfed.run`` existing config groups, options and keys with
+values of the right type, a configuration that validates (``build_plan``), and run directories that
+an earlier command writes.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ VENV = ".venv/bin/"
 
 
 def readme_commands() -> list[list[str]]:
-    """The commands of README.md's code blocks: comments dropped, continued lines joined, one
-    entry per command of a ``&&`` chain, ``VAR=value`` prefixes dropped."""
+    """The commands of README.md's code blocks, one entry per command.
+
+    Comments dropped, continued lines joined, one entry per command of a ``&&`` chain, ``VAR=value``
+    prefixes dropped.
+    """
     blocks = re.findall(r"^```bash\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
     commands = []
     for block in blocks:
@@ -81,8 +86,10 @@ def test_every_readme_command_names_what_exists(command: list[str]):
 
 
 def check_run(args: list[str]) -> None:
-    """A ``morlfed.run`` command line: its keys, options and values exist and validate; a
-    ``resume=``/``branch_from=`` names a run directory that an earlier README command writes."""
+    """Check a ``morlfed.run`` command line: its keys, options and values exist and validate.
+
+    A ``resume=``/``branch_from=`` must name a run directory that an earlier README command writes.
+    """
     for word in args:
         key, _, value = word.partition("=")
         if key in ("resume", "branch_from"):

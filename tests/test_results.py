@@ -75,8 +75,10 @@ def doc(tmp_path, summary) -> Path:
 
 
 def table_cells(text: str, header_start: str, key_columns: int = 1) -> dict:
-    """``{first cell (or tuple of the first key_columns cells): other cells}`` of the markdown
-    table whose header starts with ``header_start``."""
+    """``{first cell (or tuple of the first key_columns cells): other cells}`` of a markdown table.
+
+    The table is the one whose header starts with ``header_start``.
+    """
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(header_start))
     rows = {}

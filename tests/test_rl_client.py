@@ -1,5 +1,7 @@
-"""The RL client's fit options: losses, train_model / train_best / train_all, per-model optimiser
-state, the personal model, determinism and input checks (deep-sea-treasure, tiny budgets).
+"""The RL client's fit options, determinism and input checks (deep-sea-treasure, tiny budgets).
+
+The fit options: losses, train_model / train_best / train_all, per-model optimiser state, the
+personal model.
 
 Planted policies give known answers: with every weight zero the Q-values are the last bias, so a
 one-hot bias is a constant action (down from the start reaches treasure 0.7 in 1 step; up never

@@ -1,7 +1,9 @@
-"""What both RL engines share (morlfed/tasks/rl/agent.py, clock.py, state.py, factory.py): no
-module of the vectorised engine imports the SB3 client module; in both engines the optimiser slots
-keep each slot's state, the exploration clock gives the same epsilon for the same counters, and a
-client's state carries the same keys and round-trips (deep-sea-treasure, tiny budgets)."""
+"""What both RL engines share (morlfed/tasks/rl/agent.py, clock.py, state.py, factory.py).
+
+No module of the vectorised engine imports the SB3 client module; in both engines the optimiser
+slots keep each slot's state, the exploration clock gives the same epsilon for the same counters,
+and a client's state carries the same keys and round-trips (deep-sea-treasure, tiny budgets).
+"""
 
 from __future__ import annotations
 
@@ -33,16 +35,20 @@ FACTORIES: list[type[RLFactory]] = [RLClientFactory, VectorisedClientFactory]
 
 @pytest.fixture(scope="module")
 def spec() -> envs.EnvSpec:
-    """Gradient steps after every 4 env steps past step 20: 20 in a first 100-step training, 25
-    in every later one."""
+    """Gradient steps after every 4 env steps past step 20.
+
+    That is 20 in a first 100-step training, 25 in every later one.
+    """
     base = envs.get_spec("deep-sea-treasure")
     small = {"learning_starts": 20, "batch_size": 16, "buffer_size": 500, "target_update_interval": 50}
     return base.replace(agent_kwargs={**base.agent_kwargs, **small})
 
 
 def imported_modules(source: str, package: str) -> set[str]:
-    """Every module a module of ``package`` with this source imports, relative imports resolved
-    (``from x import y`` counts as ``x`` and ``x.y``, ``y`` may be a module)."""
+    """Every module a module of ``package`` with this source imports, relative imports resolved.
+
+    ``from x import y`` counts as ``x`` and ``x.y``, ``y`` may be a module.
+    """
     names: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):

@@ -1,7 +1,9 @@
-"""A run never writes into a directory that holds another run: it stops before training with one
-line naming the directory and what to do (``resume=`` or a new directory), and the first run's
-files stay byte for byte as they were; runs started in the same second get directories of their
-own, and so do the jobs of a sweep."""
+"""A run never writes into a directory that holds another run.
+
+It stops before training with one line naming the directory and what to do (``resume=`` or a new
+directory), and the first run's files stay byte for byte as they were; runs started in the same
+second get directories of their own, and so do the jobs of a sweep.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""Stopping a run: SIGTERM (Slurm, Kubernetes, ``timeout``) and Ctrl-C stop it within the round,
-not at its end; the run keeps its last completed round's checkpoint, says so in run.log, marks its
-directory stopped (stopped.json, never looking finished) and prints the exact resume command; a
-second signal exits cleanly; ``resume=`` then finishes it with the uninterrupted run's final.csv,
-its progress bar starting at the rounds done."""
+"""Stopping a run: SIGTERM and Ctrl-C stop it within the round, resumable to the uninterrupted result.
+
+SIGTERM (Slurm, Kubernetes, ``timeout``) and Ctrl-C stop it within the round, not at its end; the
+run keeps its last completed round's checkpoint, says so in run.log, marks its directory stopped
+(stopped.json, never looking finished) and prints the exact resume command; a second signal exits
+cleanly; ``resume=`` then finishes it with the uninterrupted run's final.csv, its progress bar
+starting at the rounds done.
+"""
 
 from __future__ import annotations
 

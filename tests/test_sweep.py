@@ -1,8 +1,9 @@
-"""The documented campaign workflow, end to end: a hydra multirun over two algorithms and two
-seeds on Deep Sea Treasure (tiny budgets), then ``python -m morlfed.analysis.evaluate`` on its folder.
-Every number of comparison.md must match the per-run metrics.json files (seeds, mean and sample
-std over them, the marks of stats.csv's paired tests against fedpref), and summary.csv must
-reproduce each run's metrics.
+"""The documented campaign workflow, end to end: a hydra multirun, then ``analysis.evaluate`` on its folder.
+
+The multirun is over two algorithms and two seeds on Deep Sea Treasure (tiny budgets), the
+evaluation ``python -m morlfed.analysis.evaluate``. Every number of comparison.md must match the
+per-run metrics.json files (seeds, mean and sample std over them, the marks of stats.csv's paired
+tests against fedpref), and summary.csv must reproduce each run's metrics.
 """
 
 from __future__ import annotations
@@ -46,8 +47,10 @@ def sweep(tmp_path_factory, morlfed_cli) -> Path:
 
 
 def parse_comparison(text: str) -> dict[tuple[str, str, str, str], tuple[float, float | None, str]]:
-    """``{(dist, metric, algorithm, env): (mean or NaN for n/a, std or None, mark)}`` from
-    comparison.md; the mark is ``better`` (bold, ▲), ``worse`` (▼) or empty."""
+    """``{(dist, metric, algorithm, env): (mean or NaN for n/a, std or None, mark)}`` from comparison.md.
+
+    The mark is ``better`` (bold, ▲), ``worse`` (▼) or empty.
+    """
     cells: dict[tuple[str, str, str, str], tuple[float, float | None, str]] = {}
     dist = metric = None
     envs: list[str] = []

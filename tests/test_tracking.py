@@ -1,6 +1,9 @@
-"""Experiment tracking (``logger=``): the scalars of a round, the SB3 client's own training
-scalars, TensorBoard event files that TensorBoard's reader reads back, an offline W&B run, and a
-missing backend named by its extra in one line."""
+"""Experiment tracking (``logger=``): TensorBoard and W&B logs, and a missing backend named in one line.
+
+The scalars of a round, the SB3 client's own training scalars, TensorBoard event files that
+TensorBoard's reader reads back, an offline W&B run, and a missing backend named by its extra in one
+line.
+"""
 
 from __future__ import annotations
 

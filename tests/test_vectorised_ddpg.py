@@ -1,9 +1,10 @@
-"""StackedDDPG against SB3's own DDPG: one gradient step on a fixed minibatch equals
-``DDPG.train(gradient_steps=1)`` client by client (actor, critic, both targets, Adam moments, the
-losses), with masked clients untouched, with FedProx's proximal wrapper installed as the SB3
-client installs it, and on the GPU when there is one; the flat layout and shared initial vector
-are the SB3 client's; a NaN in one client's batch stays there; the exploration helpers are SB3's
-``_sample_action``.
+"""StackedDDPG against SB3's own DDPG: one gradient step equals ``DDPG.train`` client by client.
+
+One gradient step on a fixed minibatch equals ``DDPG.train(gradient_steps=1)`` client by client
+(actor, critic, both targets, Adam moments, the losses), with masked clients untouched, with
+FedProx's proximal wrapper installed as the SB3 client installs it, and on the GPU when there is
+one; the flat layout and shared initial vector are the SB3 client's; a NaN in one client's batch
+stays there; the exploration helpers are SB3's ``_sample_action``.
 """
 
 from __future__ import annotations
@@ -86,8 +87,10 @@ def ddpg_template(spec: envs.EnvSpec, env: gym.Env) -> DDPG:
 
 
 def distinct_clients(spec: envs.EnvSpec, env: gym.Env, device: str) -> tuple[StackedDDPG, list[DDPG]]:
-    """A learner and N SB3 agents whose client i has the same online and target networks (all
-    different from each other) and a fresh Adam."""
+    """A learner and N SB3 agents whose client i has the same online and target networks.
+
+    The networks are all different from each other, and the optimisers are a fresh Adam.
+    """
     agents = [ddpg_template(spec, env) for _ in range(N)]
     learner = StackedDDPG(N, ddpg_template(spec, env), device)
     g = torch.Generator().manual_seed(1)
@@ -110,8 +113,11 @@ def sb3_step(
     layout: ParamLayout,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``agent.train(gradient_steps=1)`` on client ``i``'s slice of ``batch``, with the proximal
-    wrapper on both optimisers when ``mu > 0`` (as ``RLClient._proximal`` installs it)."""
+    """``agent.train(gradient_steps=1)`` on client ``i``'s slice of ``batch``.
+
+    The proximal wrapper is on both optimisers when ``mu > 0`` (as ``RLClient._proximal`` installs
+    it).
+    """
     samples = ReplayBufferSamples(*(getattr(batch, f)[i] for f in ReplayBufferSamples._fields[:5]))
     monkeypatch.setattr(agent.replay_buffer, "sample", lambda batch_size, env=None: samples)
     with contextlib.ExitStack() as stack:
@@ -199,8 +205,10 @@ def pendulum_agent(net_arch: list[int]) -> DDPG:
 
 @pytest.mark.parametrize("case", ["lunar-32-32", "lunar-17-5", "pendulum-8"])
 def test_a_clients_step_does_not_depend_on_its_batch(spec: envs.EnvSpec, env: gym.Env, case: str) -> None:
-    """Client 2 trained with two other clients (every mask) equals client 2 trained alone, bit for
-    bit: networks, targets, Adam moments, losses and actions."""
+    """Client 2 trained with two other clients (every mask) equals client 2 trained alone, bit for bit.
+
+    Networks, targets, Adam moments, losses and actions.
+    """
     if case == "pendulum-8":
         agents = [pendulum_agent([8]) for _ in range(2)]
         dims = {"obs_dim": 3, "act_dim": 1}

@@ -1,7 +1,9 @@
-"""The vectorised engine with DDPG on mo-lunar-lander-continuous (tiny networks and budgets,
-``train_freq=(1, "episode")`` and ``gradient_steps=-1`` as in the spec): the SB3 client's fit
-results and counters (the last episode's overshoot included), SB3's ``_sample_action``,
-determinism and independence of the batch, a trained model in the SB3 client, state round trips."""
+"""The vectorised engine with DDPG on mo-lunar-lander-continuous (tiny networks and budgets).
+
+With ``train_freq=(1, "episode")`` and ``gradient_steps=-1`` as in the spec: the SB3 client's fit
+results and counters (the last episode's overshoot included), SB3's ``_sample_action``, determinism
+and independence of the batch, a trained model in the SB3 client, state round trips.
+"""
 
 from __future__ import annotations
 
@@ -38,8 +40,11 @@ def spec() -> envs.EnvSpec:
 
 @pytest.fixture(scope="module")
 def truncated(spec: envs.EnvSpec) -> envs.EnvSpec:
-    """Every episode is cut at 30 steps (the lander is still in the air): episode lengths, and
-    with them SB3's episodic rollouts and overshoot, do not depend on the actions."""
+    """Every episode is cut at 30 steps (the lander is still in the air).
+
+    Episode lengths, and with them SB3's episodic rollouts and overshoot, do not depend on the
+    actions.
+    """
     return spec.replace(max_episode_steps=30)
 
 
@@ -132,9 +137,12 @@ def test_counters_follow_the_sb3_client_with_episodic_training(truncated: envs.E
 
 
 def test_exploration_is_sb3s_sample_action(spec: envs.EnvSpec) -> None:
-    """Warm-up: a uniform sample of the Box plus noise; afterwards the actor's action plus noise;
-    both clipped to [-1, 1] and stored scaled (the helpers themselves are checked against SB3 in
-    tests/test_vectorised_ddpg.py); a client that does not step draws nothing."""
+    """Exploration is SB3's ``_sample_action``; a client that does not step draws nothing.
+
+    Warm-up: a uniform sample of the Box plus noise; afterwards the actor's action plus noise; both
+    clipped to [-1, 1] and stored scaled (the helpers themselves are checked against SB3 in
+    tests/test_vectorised_ddpg.py); a client that does not step draws nothing.
+    """
     box = spaces.Box(low=np.array([-2.0, 0.0], dtype=np.float32), high=np.array([3.0, 1.0], dtype=np.float32))
     agent = template_agent(spec, envs.make_train_env(spec, PREFS[0], seed=None), SEED)
     hook = ActionNoise(StackedDDPG(2, agent), learning_starts=5, space=box, std=0.3)

@@ -1,8 +1,10 @@
-"""StackedDQN against stable-baselines3: one batched gradient step equals ``DQN.train`` of every
-client's own SB3 agent on the same minibatch and parameters (Adam moments, masks, gradient
-clipping, the proximal term), the target update follows ``DQN._on_step``, a NaN stays in its
-client, and the flat layout is the SB3 client's. The gradient step is also checked on CUDA where a
-GPU is present (skipped otherwise)."""
+"""StackedDQN against stable-baselines3: one batched gradient step equals every client's own ``DQN.train``.
+
+It equals ``DQN.train`` of every client's own SB3 agent on the same minibatch and parameters (Adam
+moments, masks, gradient clipping, the proximal term), the target update follows ``DQN._on_step``, a
+NaN stays in its client, and the flat layout is the SB3 client's. The gradient step is also checked
+on CUDA where a GPU is present (skipped otherwise).
+"""
 
 from __future__ import annotations
 
@@ -77,8 +79,11 @@ def on(batch: Batch, device: str) -> Batch:
 
 
 def setup(spec: envs.EnvSpec, device: str = "cpu") -> tuple[StackedDQN, list[DQN], torch.Generator]:
-    """A learner on ``device`` and N SB3 agents (on the CPU) holding the same, client-specific
-    online and target networks."""
+    """A learner on ``device`` and N SB3 agents (on the CPU) holding the same networks.
+
+    Each agent holds the same client-specific online and target networks as its client of the
+    learner.
+    """
     gen = torch.Generator().manual_seed(1)
     learner = StackedDQN(N, template_agent(spec, envs.make_train_env(spec, [0.5, 0.5], None), SEED), device)
     agents = []

@@ -1,6 +1,9 @@
-"""The vectorised engine on deep-sea-treasure with tiny budgets: the SB3 client's fit results,
-losses, evaluations and exploration clock; determinism, independence of the batch a client is
-trained in, state round trips; the host's fault handling; the factory and an executor."""
+"""The vectorised engine on deep-sea-treasure with tiny budgets.
+
+The SB3 client's fit results, losses, evaluations and exploration clock; determinism, independence
+of the batch a client is trained in, state round trips; the host's fault handling; the factory and
+an executor.
+"""
 
 from __future__ import annotations
 

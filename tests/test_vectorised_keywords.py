@@ -1,7 +1,9 @@
-"""The SB3 arguments the vectorised engine implements (``keywords.HONOURED``) and the refusal of
-every other one: each SB3 DQN / DDPG constructor argument, policy argument and Adam argument the
-engine does not implement is refused by name, by the engine and by the command line (before
-anything is written); every shipped spec is accepted; every implemented one changes the training."""
+"""The SB3 arguments the vectorised engine implements (``keywords.HONOURED``) and the refusal of all others.
+
+Each SB3 DQN / DDPG constructor argument, policy argument and Adam argument the engine does not
+implement is refused by name, by the engine and by the command line (before anything is written);
+every shipped spec is accepted; every implemented one changes the training.
+"""
 
 from __future__ import annotations
 
@@ -37,11 +39,13 @@ MORLFED_KEYWORDS = {"action_noise_std"}
 
 
 def sb3_arguments(agent: str) -> dict[str, Any]:
-    """Every keyword an ``agent_kwargs`` entry can name for ``agent``, with its SB3 default (None
-    where it has none): the algorithm's constructor arguments (those build_agent sets itself
-    included), its policy's (``policy_kwargs.*``) and torch Adam's
+    """Every keyword an ``agent_kwargs`` entry can name for ``agent``, with its SB3 default.
+
+    The default is None where it has none. The keywords are the algorithm's constructor arguments
+    (those build_agent sets itself included), its policy's (``policy_kwargs.*``) and torch Adam's
     (``policy_kwargs.optimizer_kwargs.*``); ``policy_kwargs`` and ``optimizer_kwargs`` themselves
-    are the groups of the latter."""
+    are the groups of the latter.
+    """
     algorithm = AGENTS[agent]
     policy = algorithm.policy_aliases["MlpPolicy"]
 

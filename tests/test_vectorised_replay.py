@@ -1,5 +1,8 @@
-"""Per-client replay tensors against SB3's ReplayBuffer (circular storage, ``full``, timeouts) and
-the lockstep loop's transitions: true final observations, truncation stored as not done."""
+"""Per-client replay tensors against SB3's ReplayBuffer, and the lockstep loop's transitions.
+
+The buffer: circular storage, ``full``, timeouts; the transitions: true final observations,
+truncation stored as not done.
+"""
 
 from __future__ import annotations
 

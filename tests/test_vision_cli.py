@@ -1,6 +1,9 @@
-"""The vision path end to end: every registered strategy runs two rounds on digits through the
-CLI (one hydra multirun) and writes a complete run directory, ``analysis.evaluate`` tables the
-runs, and bad input is one line, exit status 2 and nothing left behind."""
+"""The vision path end to end: every registered strategy through the CLI, tables, and bad input.
+
+Every registered strategy runs two rounds on digits through the CLI (one hydra multirun) and writes
+a complete run directory, ``analysis.evaluate`` tables the runs, and bad input is one line, exit
+status 2 and nothing left behind.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +25,11 @@ TINY = ["task=vision", "rounds=2", "n_clients=4", "model.hidden=[16]", "data.bat
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, morlfed_cli) -> Path:
-    """One hydra multirun: every strategy, two rounds, four clients, on digits (CFL apart, with a
-    warm-up of 1 round: its default of 5 would never let two rounds split, which is refused)."""
+    """One hydra multirun: every strategy, two rounds, four clients, on digits.
+
+    CFL runs apart, with a warm-up of 1 round: its default of 5 would never let two rounds split,
+    which is refused.
+    """
     out = tmp_path_factory.mktemp("vision") / "sweep"
     others = [s for s in STRATEGIES if s != "cfl"]
     proc = morlfed_cli(["-m", *TINY, f"algo={','.join(others)}", f"hydra.sweep.dir={out}"], ROOT)
@@ -81,8 +87,10 @@ def test_every_strategy_writes_a_complete_vision_run(sweep, algo):
     [("cfl", "cfl: no cluster split", True), ("ifca", "ifca: every client ends on", False)],
 )
 def test_a_run_that_left_its_strategy_inert_says_so_in_its_log(sweep, algo, warning, inert):
-    """Two rounds are too few for CFL to split (one cluster in ``clusters.jsonl``): its log says
-    so. IFCA's clients spread over its models on digits: no warning."""
+    """Two rounds are too few for CFL to split (one cluster in ``clusters.jsonl``): its log says so.
+
+    IFCA's clients spread over its models on digits: no warning.
+    """
     path = run_dir(sweep, algo)
     last = json.loads((path / "clusters.jsonl").read_text().splitlines()[-1])
     assert (len([c for c in last["clusters"] if c]) == 1) is inert

@@ -1,5 +1,8 @@
-"""Vision datasets: digits is built in; a torchvision dataset that is missing, or torchvision
-itself, is a clear error naming what to do, found before anything is imported or downloaded."""
+"""Vision datasets: digits is built in; missing datasets are a clear error, found early.
+
+A torchvision dataset that is missing, or torchvision itself, is a clear error naming what to do,
+found before anything is imported or downloaded.
+"""
 
 from __future__ import annotations
 

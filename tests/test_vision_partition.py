@@ -1,5 +1,8 @@
-"""Vision partitions: every sample used exactly once, label skew that follows alpha, exactly k
-classes per client, determinism by seed, and clear errors for impossible partitions."""
+"""Vision partitions: every sample used once, label skew, k classes per client, determinism, clear errors.
+
+Every sample is used exactly once, label skew follows alpha, exactly k classes per client,
+determinism by seed, and clear errors for impossible partitions.
+"""
 
 from __future__ import annotations
 

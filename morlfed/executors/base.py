@@ -95,8 +95,10 @@ class StatefulClient(Client, Protocol):
 
 
 class ClientTimeout(BaseException):
-    """Raised inside a fit that ran past ``client_timeout``. A ``BaseException`` so that library
-    code catching ``Exception`` cannot swallow it."""
+    """Raised inside a fit that ran past ``client_timeout``.
+
+    A ``BaseException`` so that library code catching ``Exception`` cannot swallow it.
+    """
 
 
 def state_file(directory: Path, cid: int) -> Path:
@@ -131,9 +133,11 @@ _warned_thread = False
 
 @contextlib.contextmanager
 def alarm(seconds: float | None) -> Iterator[None]:
-    """Raise :class:`ClientTimeout` in the block once ``seconds`` have passed (then every second
-    until the block ends, in case a library swallowed the first one). Uses ``SIGALRM``, so it
-    works in the main thread only; elsewhere it warns once and does not limit the block.
+    """Raise :class:`ClientTimeout` in the block once ``seconds`` have passed.
+
+    After the first, it raises again every second until the block ends, in case a library
+    swallowed the first one. Uses ``SIGALRM``, so it works in the main thread only; elsewhere it
+    warns once and does not limit the block.
 
     :param seconds: the time limit (``None`` or 0: unlimited)
     """
@@ -179,9 +183,11 @@ def describe(exc: BaseException) -> str:
 
 
 def guarded_fit(client: Client, task: FitTask, timeout: float | None) -> FitOutcome:
-    """``client.fit(task)`` that never raises: an exception, a timeout or a non-finite result
-    becomes a :class:`ClientFailure`, and a :class:`StatefulClient` is rolled back to its state
-    from before the fit.
+    """``client.fit(task)`` that never raises.
+
+    An exception, a timeout or a non-finite result becomes a :class:`ClientFailure`, and a
+    :class:`StatefulClient` is rolled back to its state from before the fit (a client without
+    ``get_state`` is not, and the failure reason says so).
 
     :param client: the client
     :param task: its task
@@ -208,9 +214,10 @@ def guarded_fit(client: Client, task: FitTask, timeout: float | None) -> FitOutc
 
 
 class ClientHost:
-    """Owns a fixed subset of the clients: the unit an executor places in a process or actor, and
-    the unit an engine replaces (see the module docstring). This default host keeps one client
-    object per id and fits them one at a time with :func:`guarded_fit`.
+    """Owns a fixed subset of the clients: the unit an executor places in a process or actor.
+
+    It is also the unit an engine replaces (see the module docstring). This default host keeps one
+    client object per id and fits them one at a time with :func:`guarded_fit`.
 
     :param factory: builds a client from its id
     :param cids: the client ids this host owns
@@ -235,8 +242,9 @@ class ClientHost:
     def fit_many(
         self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
     ) -> Iterator[tuple[int, FitOutcome]]:
-        """Run guarded fits (:func:`guarded_fit`) in the given order, yielding each outcome as
-        soon as it is ready.
+        """Run guarded fits (:func:`guarded_fit`) in the given order.
+
+        Each outcome is yielded as soon as it is ready.
 
         :param tasks: ``(cid, task)`` pairs of this host's clients
         :param on_steps: for a ``batched`` host, called with the env steps its batch took since the
@@ -307,8 +315,10 @@ class ClientHost:
 
 
 def make_host(factory: ClientFactory, cids: Sequence[int], timeout: float | None) -> ClientHost:
-    """The host of clients ``cids``: ``factory.make_host(cids, timeout)`` when the factory has that
-    method (an engine's own host), else a default :class:`ClientHost`.
+    """The host of clients ``cids``, built by the factory itself where it can.
+
+    That is ``factory.make_host(cids, timeout)`` when the factory has that method (an engine's own
+    host), else a default :class:`ClientHost`.
 
     :param factory: the client factory
     :param cids: the client ids the host owns
@@ -358,8 +368,10 @@ class Executor(ABC):
         on_result: Callable[[int], None] | None = None,
         on_steps: StepSink | None = None,
     ) -> dict[int, FitOutcome]:
-        """Run every task; a client that fails yields a :class:`ClientFailure` (see the module
-        docstring) and is rolled back to its last good state.
+        """Run every task and return each client's outcome.
+
+        A client that fails yields a :class:`ClientFailure` (see the module docstring) and is
+        rolled back to its last good state.
 
         :param tasks: the round's tasks by client id
         :param on_result: called with each client's id as soon as its outcome is back (the
@@ -386,8 +398,9 @@ class Executor(ABC):
 
     @abstractmethod
     def load_clients(self, directory: Path) -> None:
-        """Restore every client from ``directory/client_<cid>.pt`` (and remember it as the
-        restore point for restarted workers).
+        """Restore every client from ``directory/client_<cid>.pt``.
+
+        The executor also remembers ``directory`` as the restore point for restarted workers.
 
         :param directory: a checkpoint's ``clients`` directory
         """

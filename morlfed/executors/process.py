@@ -1,7 +1,9 @@
-"""The ``process`` executor: persistent worker processes (``spawn``/``forkserver``), each owning a
-fixed subset of the clients (client ``c`` lives on worker ``c % workers``) in one host built inside
-the worker from the picklable client factory (:func:`~morlfed.executors.base.make_host`). One
-torch thread per worker unless the clients ask for more.
+"""The ``process`` executor: persistent worker processes, each owning a fixed subset of the clients.
+
+The workers are started with ``spawn`` or ``forkserver``; client ``c`` lives on worker
+``c % workers``, in one host built inside the worker from the picklable client factory
+(:func:`~morlfed.executors.base.make_host`). One torch thread per worker unless the clients ask
+for more.
 
 A worker streams each fit result back as soon as its host yields it, and the env steps that a
 batched host reports while it trains (``("steps", n)`` messages, for the progress bar), so the
@@ -134,6 +136,10 @@ class ProcessExecutor(_RemoteExecutor):
         return proc, parent
 
     def describe(self, n_clients: int) -> str:
+        """Name the executor and the number of worker processes it runs for ``n_clients`` clients.
+
+        That is ``workers`` (``os.cpu_count()`` when unset), at most one per client.
+        """
         return f"executor=process ({min(self.workers or self._default_workers(), n_clients)} worker processes)"
 
     def _launch_all(self) -> None:
@@ -167,6 +173,7 @@ class ProcessExecutor(_RemoteExecutor):
         self._events.append(self._restored_note(g))
 
     def initial(self) -> tuple[torch.Tensor, ParamLayout]:
+        """The shared initial model and its layout, as worker 0's host reported it when it started."""
         return self._initial[0]
 
     def _submit_fit(self, tasks: dict[int, FitTask]) -> None:
@@ -225,6 +232,13 @@ class ProcessExecutor(_RemoteExecutor):
         return answers
 
     def evaluate(self, models: Mapping[int, torch.Tensor | None], seeds: Mapping[int, int]) -> dict[int, Evaluation]:
+        """Send each worker the requests of its own clients and merge the answers, in the order of ``models``.
+
+        A worker that owns none of the requested clients is not asked. There is no deadline: it waits
+        for every answer.
+
+        :raises RuntimeError: a worker died or failed during the evaluation
+        """
         per_host = {
             g: [(c, models[c], seeds[c]) for c in cids if c in models] for g, cids in enumerate(self.assignment)
         }
@@ -233,13 +247,29 @@ class ProcessExecutor(_RemoteExecutor):
         return {cid: merged[cid] for cid in models}
 
     def save_clients(self, directory: Path) -> None:
+        """Have every worker write its clients' states into ``directory`` and wait until all are done.
+
+        :raises RuntimeError: a worker died or failed while saving
+        """
         self._call("save", dict.fromkeys(range(len(self.assignment)), str(directory)))
 
     def load_clients(self, directory: Path) -> None:
+        """Have every worker restore its clients from ``directory``, then remember it as ``restore_dir``.
+
+        A worker restarted later restores its clients from there.
+
+        :raises RuntimeError: a worker died or failed while loading
+        """
         self._call("load", dict.fromkeys(range(len(self.assignment)), str(directory)))
         self.restore_dir = Path(directory)
 
     def close(self) -> None:
+        """Stop every worker process and close the pipes.
+
+        An idle worker is asked to exit; while a command is still out (:attr:`busy`: a stop
+        interrupted it) the workers are terminated instead, as they would answer only once done. A
+        worker still alive 5 s later is killed.
+        """
         for g, proc in enumerate(self.procs):
             if proc.is_alive() and self.busy:  # stopped mid-command: it would answer only once done
                 proc.terminate()

@@ -1,5 +1,7 @@
-"""The ``ray`` executor: Ray actors, each owning a fixed subset of the clients (client ``c`` on
-actor ``c % workers``) in one host built inside the actor (:func:`~morlfed.executors.base.make_host`).
+"""The ``ray`` executor: Ray actors, each owning a fixed subset of the clients.
+
+Client ``c`` is on actor ``c % workers``, in one host built inside the actor
+(:func:`~morlfed.executors.base.make_host`).
 
 Each round's tasks are put into the object store once (``ray.put``); every actor reads its own
 clients' parameters from it (zero-copy numpy views) and fits its whole share in one call
@@ -37,8 +39,10 @@ RAY_MISSING = f"executor=ray needs Ray, an optional extra: {pip_install('-e', '.
 
 
 class RayHost:
-    """What a Ray actor runs: a host (:func:`~morlfed.executors.base.make_host`) that reads its
-    tasks from the round's shared object (only its own clients' arrays are materialised).
+    """What a Ray actor runs: a host that reads its tasks from the round's shared object.
+
+    The host is built by :func:`~morlfed.executors.base.make_host`; only its own clients' arrays
+    are materialised.
 
     :param factory: builds a client from its id (or the host itself, see ``make_host``)
     :param cids: the client ids this actor owns
@@ -54,8 +58,9 @@ class RayHost:
         return self.host.initial()
 
     def fit_shared(self, cids: list[int], tasks: Mapping[int, Any]) -> list[tuple[int, Any]]:
-        """Fit clients ``cids`` (this actor's share of the round) on their tasks from the round's
-        packed task dict, as one batch; return their packed outcomes.
+        """Fit clients ``cids``, this actor's share of the round, as one batch; return their packed outcomes.
+
+        Their tasks are read from the round's packed task dict.
 
         :param cids: the clients to fit, in order
         :param tasks: the round's packed tasks by client id
@@ -132,6 +137,12 @@ class RayExecutor(_RemoteExecutor):
         return max(1, int(self.ray.cluster_resources().get("CPU", 1) // self.cpus_per_actor))
 
     def describe(self, n_clients: int) -> str:
+        """Say how many actors run the ``n_clients`` clients, and on which Ray instance.
+
+        The actors are ``workers`` (at most one per client) or, when unset, one per
+        ``cpus_per_actor`` CPUs of the cluster; the instance is the cluster at ``address`` or a
+        local one.
+        """
         where = f"the cluster at {self.address}" if self.address else "a local Ray instance"
         actors = (
             f"{min(self.workers, n_clients)} actors"
@@ -141,6 +152,14 @@ class RayExecutor(_RemoteExecutor):
         return f"executor=ray ({actors} on {where})"
 
     def start(self, factory: ClientFactory, n_clients: int) -> None:
+        """Initialise Ray unless it already is, then spread the clients over actors and start them.
+
+        When Ray is not initialised yet, this joins the cluster at ``address`` or starts a local
+        instance (``num_cpus`` CPUs, default ``os.cpu_count()``; on 127.0.0.1, without dashboard),
+        with usage statistics off unless ``RAY_USAGE_STATS_ENABLED`` says otherwise, and
+        :meth:`close` shuts Ray down again. An instance that was already initialised is used as it
+        is and left running.
+        """
         ray = self.ray
         if not ray.is_initialized():
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -178,6 +197,7 @@ class RayExecutor(_RemoteExecutor):
         self._events.append(self._restored_note(g))
 
     def initial(self) -> tuple[torch.Tensor, ParamLayout]:
+        """The shared initial model and its layout, as actor 0 reported it when the actors started."""
         return self._initial
 
     def _submit_fit(self, tasks: dict[int, FitTask]) -> None:
@@ -211,6 +231,11 @@ class RayExecutor(_RemoteExecutor):
         return arrived, dead
 
     def evaluate(self, models: Mapping[int, torch.Tensor | None], seeds: Mapping[int, int]) -> dict[int, Evaluation]:
+        """Evaluate each actor's clients on their models and merge the answers, in the order of ``models``.
+
+        The models enter the object store once, as one packed dict, and every actor reads its own
+        clients' models from it. There is no deadline: it waits for every actor.
+        """
         shared = self.ray.put(_pack(dict(models)))
         calls = [
             self.actors[g].evaluate_shared.remote([c for c in cids if c in models], shared, dict(seeds))
@@ -220,11 +245,21 @@ class RayExecutor(_RemoteExecutor):
         return {cid: merged[cid] for cid in models}
 
     def save_clients(self, directory: Path) -> None:
+        """Fetch every actor's serialised client states and write them to ``directory/client_<cid>.pt``.
+
+        The files are written by this (the driver) process, so ``directory`` need not be visible
+        to the actors.
+        """
         for part in self.ray.get([a.states.remote() for a in self.actors]):
             for cid, data in part.items():
                 state_file(directory, cid).write_bytes(data)
 
     def load_clients(self, directory: Path) -> None:
+        """Read every client's state file here and send it to its actor; remember ``directory``.
+
+        The files are read by this (the driver) process, and ``directory`` becomes ``restore_dir``,
+        from which a restarted actor's clients are restored.
+        """
         calls = [
             a.set_states.remote({cid: state_file(directory, cid).read_bytes() for cid in cids})
             for a, cids in zip(self.actors, self.assignment)
@@ -233,6 +268,7 @@ class RayExecutor(_RemoteExecutor):
         self.restore_dir = Path(directory)
 
     def close(self) -> None:
+        """Kill every actor, and shut Ray down if :meth:`start` initialised it."""
         for actor in self.actors:
             self.ray.kill(actor, no_restart=True)
         self.actors = []

@@ -1,9 +1,9 @@
-"""The fit loop shared by the executors whose hosts live elsewhere (``process``, ``ray``), and the
-packing of tensors for the wire.
+"""The remote executors' shared fit loop (``process``, ``ray``) and the packing of tensors for the wire.
 
-Client ``c`` lives on host ``c % n_hosts``. Each round every host gets its share of the tasks at
-once and runs them in ascending client order. A host must give its next answer within a deadline,
-counted from when it got its tasks or gave its last answer (:meth:`_RemoteExecutor._deadline`):
+The remote executors are those whose hosts live elsewhere. Client ``c`` lives on host
+``c % n_hosts``. Each round every host gets its share of the tasks at once and runs them in
+ascending client order. A host must give its next answer within a deadline, counted from when it
+got its tasks or gave its last answer (:meth:`_RemoteExecutor._deadline`):
 
 * a host that streams one answer per client (a ``process`` worker with a per-client host) gets
   ``client_timeout + kill_grace`` per client;
@@ -42,8 +42,9 @@ from morlfed.protocol import ClientFailure, FitTask
 
 
 class _RemoteExecutor(Executor):
-    """Clients spread over persistent hosts (processes or actors), client ``c`` on host
-    ``c % n_hosts``; implements the fit loop with per-host deadlines and host restarts.
+    """Clients spread over persistent hosts (processes or actors), client ``c`` on host ``c % n_hosts``.
+
+    Implements the fit loop with per-host deadlines and host restarts.
 
     :param workers: number of hosts (``None``: the available CPUs), at most the number of clients
     :param client_timeout: seconds a fit may take (``None``/0: no limit)
@@ -100,14 +101,18 @@ class _RemoteExecutor(Executor):
     def _next_results(
         self, timeout: float | None, busy: set[int], on_steps: StepSink | None
     ) -> tuple[list[tuple[int, FitOutcome]], dict[int, str]]:
-        """Wait up to ``timeout`` s for fit results; return the results that arrived and the
-        hosts among ``busy`` found dead (with a reason). Env steps that a host reports while it
-        trains are passed to ``on_steps`` where the transport carries them (they are not answers: no
-        deadline restarts)."""
+        """Wait up to ``timeout`` s for fit results.
+
+        Return the results that arrived and the hosts among ``busy`` found dead (with a reason). Env
+        steps that a host reports while it trains are passed to ``on_steps`` where the transport
+        carries them (they are not answers: no deadline restarts).
+        """
 
     def _deadline(self, g: int, n_tasks: int) -> tuple[float, str] | None:
-        """Seconds host ``g``, given ``n_tasks`` tasks, may go without answering, and how that
-        limit reads in a failure reason; ``None`` without ``client_timeout``.
+        """How long host ``g``, given ``n_tasks`` tasks, may go without answering.
+
+        Returns the seconds and how that limit reads in a failure reason; ``None`` without
+        ``client_timeout``.
 
         :param g: the host
         :param n_tasks: the number of tasks the host got this round
@@ -180,8 +185,10 @@ class _RemoteExecutor(Executor):
 
 
 def _pack(obj: Any) -> Any:
-    """Turn tensors into numpy arrays (zero-copy through Ray's object store), recursively
-    through dataclasses, dicts, lists and tuples."""
+    """Turn tensors into numpy arrays (zero-copy through Ray's object store).
+
+    Works recursively through dataclasses, dicts, lists and tuples.
+    """
     return _map_leaves(obj, lambda x: _Packed(x.detach().cpu().numpy()) if isinstance(x, torch.Tensor) else x)
 
 

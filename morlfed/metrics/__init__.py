@@ -1,5 +1,6 @@
-"""The metrics of a run, for both tasks (docs/analysis.md#the-metrics): what ``metrics.json`` holds and
-what the analysis recomputes.
+"""The metrics of a run, for both tasks: what ``metrics.json`` holds and what the analysis recomputes.
+
+They are defined in docs/analysis.md#the-metrics.
 
 * :mod:`morlfed.metrics.inputs` -- checking points, weights and tolerances (every objective is
   maximised; a points array is ``[n, m]``, one row per solution, one column per objective);

@@ -53,8 +53,7 @@ ACCURACY_METRICS: dict[str, tuple[str, bool, str]] = _metric_names()
 
 
 def accuracy_summary(per_client: Mapping[str, Sequence[float] | np.ndarray]) -> dict[str, float]:
-    """Mean, std (``ddof = 0``), min and max over clients of every accuracy in
-    :data:`ACCURACIES`.
+    """Mean, std (``ddof = 0``), min and max over clients of every accuracy in :data:`ACCURACIES`.
 
     :param per_client: ``{"l_acc": [...], "s_acc": [...], "g_acc": [...]}``, one value per client
     :raises ValueError: an accuracy missing, no clients, or a non-finite value

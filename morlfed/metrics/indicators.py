@@ -1,5 +1,7 @@
-"""Indicators of a solution set: non-dominated filtering, hypervolume, IGD / IGD+, sparsity,
-cardinality, known-front points reached, the campaign front.
+"""Indicators of a solution set, from non-dominated filtering to the campaign front.
+
+Non-dominated filtering, hypervolume, IGD / IGD+, sparsity, cardinality, known-front points
+reached and the campaign front.
 
 Convention: **every objective is maximised** (see :mod:`morlfed.metrics.inputs`). pymoo
 minimises, so every pymoo indicator is fed negated arrays (``-points``, ``-ref``, ``-front``).

@@ -1,5 +1,7 @@
-"""The end-of-run metrics of an RL run: :func:`compute_metrics`, and :data:`METRICS`, which says
-for every key it returns whether higher or lower is better.
+"""The end-of-run metrics of an RL run (:func:`compute_metrics`) and their directions (:data:`METRICS`).
+
+For every key :func:`compute_metrics` returns, :data:`METRICS` says whether higher or lower is
+better.
 
 Which returns: a run stores each client's discounted (env spec gamma) and undiscounted vector
 return. Front metrics use the discounted returns by default (MORL convention; known fronts come

@@ -1,5 +1,7 @@
-"""Metrics of linear preferences: per-client scalarised returns, regret against a known front,
-expected utility over equally spaced (Das-Dennis) weights.
+"""Metrics of linear preferences: per-client scalarised returns, regret and expected utility.
+
+The regret is measured against a known front, the expected utility over equally spaced
+(Das-Dennis) weights.
 
 Every objective is maximised and preferences are non-negative weights (see
 :mod:`morlfed.metrics.inputs`); client ``i`` is scored with its own weights ``w_i`` as ``w_i . r``.
@@ -28,10 +30,11 @@ def _weights_cached(m: int, n: int) -> np.ndarray:
 
 
 def equally_spaced_weights(m: int, n: int) -> np.ndarray:
-    """At least ``n`` weight vectors evenly spaced on the ``m``-simplex, ``[k, m]``: the Das-Dennis
-    lattice with the fewest partitions ``p`` that gives ``n`` or more (every weight with
-    coordinates that are multiples of ``1/p``; :mod:`morlfed.metrics.simplex`, this project's own
-    construction, so the same weights with every pymoo and numpy version).
+    """At least ``n`` weight vectors evenly spaced on the ``m``-simplex, ``[k, m]``.
+
+    They are the Das-Dennis lattice with the fewest partitions ``p`` that gives ``n`` or more
+    (every weight with coordinates that are multiples of ``1/p``; :mod:`morlfed.metrics.simplex`,
+    this project's own construction, so the same weights with every pymoo and numpy version).
 
     Rows are non-negative and sum to 1. Two objectives: exactly ``n``, ``w_0`` ascending over
     ``linspace(0, 1, n)`` and ``w_1 = 1 - w_0``. More objectives: exactly ``n`` when ``n`` is a
@@ -50,8 +53,9 @@ def equally_spaced_weights(m: int, n: int) -> np.ndarray:
 
 
 def eu_weights(m: int) -> np.ndarray:
-    """The weights of the expected utility that ``compute_metrics`` reports for ``m`` objectives:
-    ``equally_spaced_weights(m, EU_WEIGHTS)``.
+    """The weights of the expected utility that ``compute_metrics`` reports for ``m`` objectives.
+
+    That is ``equally_spaced_weights(m, EU_WEIGHTS)``.
 
     :param m: number of objectives (>= 2)
     """

@@ -16,8 +16,9 @@ import numpy as np
 
 
 def das_dennis(m: int, p: int) -> np.ndarray:
-    """The Das-Dennis lattice of ``p`` partitions on the ``m``-simplex, ``[C(p + m - 1, m - 1), m]``
-    (``float64``, rows sum to 1), in pymoo's ``das-dennis`` order (the first coordinate ascending,
+    """The Das-Dennis lattice of ``p`` partitions on the ``m``-simplex, ``[C(p + m - 1, m - 1), m]``.
+
+    ``float64``, rows sum to 1, in pymoo's ``das-dennis`` order (the first coordinate ascending,
     then the second, ...) and with its values (each coordinate ``k / p``).
 
     :param m: number of objectives (>= 2)

@@ -108,12 +108,18 @@ class FedFew(Strategy):
         self.equal_budget = equal_budget
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
+        """Raise ``ValueError`` when ``n_models`` exceeds the number of clients; ``rounds`` is not checked."""
         if self.n_models > n_clients:
             raise ValueError(
                 f"fedfew: n_models (K) must be <= the number of clients ({n_clients}), got {self.n_models}"
             )
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Build the K server models from ``init_params``; no client has reported losses yet (NaN).
+
+        Models 2..K get Gaussian noise of standard deviation ``init_noise`` drawn from ``rng`` (none
+        when ``init_noise`` is 0 or K is 1).
+        """
         super().setup(n_clients, init_params, layout, rng)
         models = init_params.detach().float().clone().unsqueeze(0).repeat(self.n_models, 1)
         if self.init_noise > 0 and self.n_models > 1:
@@ -124,12 +130,25 @@ class FedFew(Strategy):
         self._last: dict[str, Any] = {}
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send every participant all K models, to train each and report the loss of each.
+
+        The task sets ``train_all`` and ``report_losses``; ``split_budget`` follows ``equal_budget``
+        (when it is true, the K trainings share the client's ``local_steps``).
+        """
         return {
             cid: FitTask(params=self.models.clone(), train_all=True, report_losses=True, split_budget=self.equal_budget)
             for cid in participants
         }
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Take the STCH-Set weighted server step on the K models and keep each participant's losses.
+
+        ``theta_k <- theta_k + eta_s * sum_i alpha_i w_ik Delta_ik`` with the weights of
+        :func:`stch_set_weights`; the reported losses replace the participants' rows used by
+        :meth:`choice`. A round without results only clears the diagnostics.
+
+        :raises ValueError: a client did not return ``[K, d]`` parameters and ``[K]`` losses
+        """
         if not results:
             self._last = {}
             return
@@ -160,33 +179,51 @@ class FedFew(Strategy):
         }
 
     def choice(self, cid: int) -> int:
-        """The model client ``cid`` deploys: the argmin of its latest reported losses (0 before
-        it reported any)."""
+        """The model client ``cid`` deploys.
+
+        The argmin of its latest reported losses (0 before it reported any).
+        """
         row = self.losses[cid]
         return 0 if bool(torch.isnan(row).any()) else int(row.argmin())
 
     def model_for(self, cid: int) -> torch.Tensor:
+        """A copy of the server model client ``cid`` chooses (:meth:`choice`)."""
         return self.models[self.choice(cid)].clone()
 
     def model_id(self, cid: int) -> int:
+        """The index of the server model client ``cid`` chooses (:meth:`choice`)."""
         return self.choice(cid)
 
     def finetuned_model(self, cid: int, result: FitResult) -> torch.Tensor:
-        """After a "+FT" round a client keeps its locally trained copy of the model whose
-        reported loss was lowest."""
+        """The row of a "+FT" result that the client keeps: its trained copy of its best model.
+
+        After a "+FT" round a client keeps its locally trained copy of the model whose reported loss
+        was lowest.
+
+        :raises ValueError: the result carries no losses (``report_losses``)
+        """
         if result.losses is None:
             raise ValueError(f"fedfew: client {cid} must report the losses of the received models (report_losses)")
         return result.params[int(result.losses.argmin())].clone()
 
     def diagnostics(self) -> dict[str, Any]:
+        """Every client's model choice, the clients grouped by it, and the last aggregation's weights.
+
+        ``clusters`` (the clients choosing each model, models nobody chooses left out), ``choices``
+        (:meth:`choice` of every client) and, after a round with results, ``participants``, ``w``,
+        ``alpha`` and ``update_norms`` (the norm of each model's weighted update before
+        ``server_lr``).
+        """
         choices = [self.choice(c) for c in range(self.n_clients)]
         clusters = [[c for c in range(self.n_clients) if choices[c] == k] for k in range(self.n_models)]
         return {"clusters": [c for c in clusters if c], "choices": choices, **self._last}
 
     def state_dict(self) -> dict[str, Any]:
+        """The base state plus the K models and every client's latest reported losses."""
         return {**super().state_dict(), "models": self.models.clone(), "losses": self.losses.clone()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the K models and the reported losses from what :meth:`state_dict` returned."""
         super().load_state_dict(state)
         self.models = state["models"].clone()
         self.losses = state["losses"].clone()

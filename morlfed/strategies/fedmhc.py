@@ -1,5 +1,6 @@
-"""FedMHC: one shared body, M group heads found by K-means on the clients' heads, and a private
-personal model on every client.
+"""FedMHC: one shared body, M group heads and a private personal model on every client.
+
+The M group heads are found by K-means on the clients' heads.
 
 Zheng et al., "FedMHC: Overcoming Dimensionality and Communication Challenges for Personalized
 Federated Learning Using Model Head Clustering"; the spec is docs/algorithms.md#fedmhc.
@@ -92,12 +93,19 @@ class FedMHC(Strategy):
         self.n_groups, self.lam, self.equal_budget = n_groups, lam, equal_budget
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
+        """Raise ``ValueError`` when ``n_groups`` exceeds the number of clients; ``rounds`` is not checked."""
         if self.n_groups > n_clients:
             raise ValueError(
                 f"fedmhc: n_groups (M) must be <= the number of clients ({n_clients}), got {self.n_groups}"
             )
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Split ``init_params`` by the layout into the shared body and a single head.
+
+        That head (the initial one) is the only group, and every client starts in it.
+
+        :raises ValueError: the layout's head is empty or covers the whole model
+        """
         super().setup(n_clients, init_params, layout, rng)
         self.head_mask = layout.head_mask()
         if not bool(self.head_mask.any()) or bool(self.head_mask.all()):
@@ -118,6 +126,11 @@ class FedMHC(Strategy):
         return models
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send every participant the ``[M', d]`` group models to pick the best of and train (``train_best``).
+
+        The task also carries ``personal_lambda`` (``lam``) for the personal model, and
+        ``split_budget`` follows ``equal_budget``.
+        """
         models = self.group_models()
         return {
             cid: FitTask(
@@ -127,6 +140,14 @@ class FedMHC(Strategy):
         }
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Steps 2-3 of the module notes: average the bodies, regroup the heads by K-means and average each group.
+
+        Bodies and heads are averaged with sample-size weights, and the new heads replace all the
+        previous ones. Absent clients join the new head nearest to their previous group's head. A
+        round without results only clears the diagnostics.
+
+        :raises ValueError: a client returned something other than one ``[d]`` model
+        """
         if not results:
             self._last = {}
             return
@@ -154,16 +175,28 @@ class FedMHC(Strategy):
         }
 
     def model_for(self, cid: int) -> torch.Tensor:
+        """Client ``cid``'s group model: the shared body with the head of its current group.
+
+        For analysis only: the client deploys its private personal model (:attr:`deploys_personal`).
+        """
         return self.group_models()[self.groups[cid]].clone()
 
     def model_id(self, cid: int) -> int:
+        """The index of the head group client ``cid`` is in."""
         return self.groups[cid]
 
     def diagnostics(self) -> dict[str, Any]:
+        """The head groups and the last aggregation's clustering.
+
+        ``clusters`` (the clients of each non-empty group), ``groups`` (every client's group) and,
+        after a round with results, ``participants``, ``head_choice`` (the ``model_index`` each
+        participant trained) and ``labels`` (the group K-means put each participant in).
+        """
         clusters = [[c for c in range(self.n_clients) if self.groups[c] == m] for m in range(self.heads.shape[0])]
         return {"clusters": [c for c in clusters if c], "groups": list(self.groups), **self._last}
 
     def state_dict(self) -> dict[str, Any]:
+        """The base state plus the shared body, the group heads and every client's group."""
         return {
             **super().state_dict(),
             "body": self.body.clone(),
@@ -172,6 +205,7 @@ class FedMHC(Strategy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the body, the heads and the groups from what :meth:`state_dict` returned."""
         super().load_state_dict(state)
         self.body = state["body"].clone()
         self.heads = state["heads"].clone()

@@ -1,5 +1,7 @@
-"""FedPG: a common descent direction with a fair-driven objective for the global model, and
-direction-drifted personal models that never conflict with the other clients' gradients.
+"""FedPG: a common descent direction for the global model and direction-drifted personal models.
+
+The global model's common descent direction includes a fair-driven objective; each personal
+model's direction is drifted from it so that it never conflicts with the other clients' gradients.
 
 "Preserving Global Performance in Personalized Federated Learning" (FedPG, ICCV submission 6989);
 the spec is docs/algorithms.md#fedpg.
@@ -71,8 +73,9 @@ _TINY = 1e-12
 
 
 def min_norm_weights(gram: torch.Tensor) -> torch.Tensor:
-    """The weights ``lambda`` on the simplex that minimise ``||Q lambda||^2``, given the Gram
-    matrix ``Q^T Q`` of the columns of ``Q``.
+    """The weights ``lambda`` on the simplex that minimise ``||Q lambda||^2``.
+
+    ``Q`` enters only through the Gram matrix ``Q^T Q`` of its columns.
 
     The minimum-norm point of a convex hull is an exact non-negative least-squares problem:
     with ``A = [Q; 1^T]`` and ``e = (0, .., 0, 1)``, the solution ``x`` of ``min_{x >= 0}
@@ -97,8 +100,9 @@ def min_norm_weights(gram: torch.Tensor) -> torch.Tensor:
 
 
 def drift_gammas(grads: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
-    """For each client i the largest ``gamma_i`` in [0, 1] with ``g_j . (d + gamma_i (-g_i - d))
-    <= 0`` for every ``j != i``.
+    """For each client i, the largest drift ``gamma_i`` in [0, 1] that conflicts with no other client.
+
+    That is, ``g_j . (d + gamma_i (-g_i - d)) <= 0`` for every ``j != i``.
 
     Per pair, ``a_j + gamma b_ij <= 0`` with ``a_j = g_j . d`` and ``b_ij = -g_j . g_i - a_j``
     bounds gamma by ``-a_j / b_ij`` when ``b_ij > 0`` and not at all otherwise.
@@ -116,8 +120,10 @@ def drift_gammas(grads: torch.Tensor, direction: torch.Tensor) -> torch.Tensor:
 
 
 def fair_weights(losses: torch.Tensor) -> torch.Tensor:
-    """``dF/dL`` for ``F = -L.1 / (||L|| ||1||)``: ``(L^T 1 L / (||1|| ||L||^2) - 1 / ||1||) / ||L||``,
-    so that ``grad F = G^T dF/dL`` for the gradients ``G`` of the losses.
+    """``dF/dL`` for the fair-driven objective ``F = -L.1 / (||L|| ||1||)``.
+
+    ``dF/dL = (L^T 1 L / (||1|| ||L||^2) - 1 / ||1||) / ||L||``, so that ``grad F = G^T dF/dL``
+    for the gradients ``G`` of the losses.
 
     :param losses: ``[m]`` positive losses ``L``
     :return: ``[m]`` float64
@@ -128,7 +134,8 @@ def fair_weights(losses: torch.Tensor) -> torch.Tensor:
 
 
 def fair_gradient(grads: torch.Tensor, losses: torch.Tensor) -> torch.Tensor:
-    """The gradient of the fair-driven objective,
+    """The gradient of the fair-driven objective.
+
     ``grad F = (G^T / ||L||) (L^T 1 L / (||1|| ||L||^2) - 1 / ||1||)``.
 
     :param grads: ``[m, d]`` gradients ``G`` of the m losses
@@ -144,8 +151,10 @@ def fair_objective(losses: torch.Tensor) -> float:
 
 
 def positive_shift(losses: torch.Tensor) -> float:
-    """What to add to the losses before :func:`fair_objective`: 0 when all are positive,
-    otherwise the shift that makes the smallest equal to 1."""
+    """What to add to the losses before :func:`fair_objective`.
+
+    0 when all are positive, otherwise the shift that makes the smallest equal to 1.
+    """
     low = float(losses.min())
     return 0.0 if low > 0 else 1.0 - low
 
@@ -184,6 +193,10 @@ class FedPG(Strategy):
         self.line_search, self.search_range, self.armijo_beta = line_search, search_range, armijo_beta
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Start the global model and every personal model at ``init_params``, the step size at ``lr``.
+
+        No client has a cached gradient yet, and there is no pending Armijo test.
+        """
         super().setup(n_clients, init_params, layout, rng)
         self.global_model = init_params.detach().float().clone()
         self.personal = self.global_model.unsqueeze(0).repeat(n_clients, 1)
@@ -194,9 +207,18 @@ class FedPG(Strategy):
         self._last: dict[str, Any] = {}
 
     def configure(self, round: int, participants: Sequence[int]) -> dict[int, FitTask]:
+        """Send every participant the global model ``omega`` and ask for its loss (``report_losses``)."""
         return {cid: FitTask(params=self.global_model.clone(), report_losses=True) for cid in participants}
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Steps 1-5 of the module notes: new personal models for the participants, a step of ``omega``.
+
+        The participants' pseudo-gradients ``g_i = omega - theta_i'`` are cached for later rounds;
+        with ``line_search`` the step size is first adapted from the losses the participants report
+        for the current ``omega`` (S-FedPG). A round without results only clears the diagnostics.
+
+        :raises ValueError: a participant did not report exactly one loss for the received model
+        """
         if not results:
             self._last = {}
             return
@@ -287,15 +309,24 @@ class FedPG(Strategy):
         self.step = min(max(self.step * factor, self.lr / bound), self.lr * bound)
 
     def model_for(self, cid: int) -> torch.Tensor:
+        """Client ``cid``'s personal model from the last round it took part in (the initial model if none)."""
         return self.personal[cid].clone()
 
     def model_id(self, cid: int) -> int:
+        """``cid`` itself: every client deploys its own personal model."""
         return cid
 
     def diagnostics(self) -> dict[str, Any]:
+        """The last aggregation's record (empty before the first one and after a round without results).
+
+        ``participants``, ``reused`` (the absent clients whose cached gradients were reused),
+        ``lambda``, ``gamma``, ``step``, ``loss_shift`` (the shift of the losses entering ``F``),
+        ``direction_norm`` (``||d||``) and ``max_descent_product`` (the largest ``g_i . d``).
+        """
         return dict(self._last)
 
     def state_dict(self) -> dict[str, Any]:
+        """The base state plus the models, cached gradients and their rounds, the step and the Armijo test."""
         return {
             **super().state_dict(),
             "global_model": self.global_model.clone(),
@@ -307,6 +338,7 @@ class FedPG(Strategy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (copies of its tensors)."""
         super().load_state_dict(state)
         self.global_model = state["global_model"].clone()
         self.personal = state["personal"].clone()

@@ -1,0 +1,4 @@
+"""The kinds of federated problem a run can train: ``rl`` (the default) and ``vision``.
+
+Each is a :class:`~morlfed.tasks.base.Task` in its own sub-package, chosen by the ``task`` config group.
+"""

@@ -49,9 +49,12 @@ class RunInfo:
         return self.algo + ("+FT" if self.finetune else "")
 
     def fields(self, **task_fields: Any) -> dict[str, Any]:
-        """The identity as stored first in ``metrics.json``: algo, finetune, label, the task's own
-        fields (environment, dataset, ...), dist, seed, clients, rounds, local steps, then the
-        executor, workers, torch threads, cores and processor the run used, and the code that ran."""
+        """The identity as stored first in ``metrics.json``.
+
+        In order: algo, finetune, label, the task's own fields (environment, dataset, ...), dist,
+        seed, clients, rounds, local steps, then the executor, workers, torch threads, cores and
+        processor the run used, and the code that ran.
+        """
         fed = self.fed
         out = {"algo": self.algo, "finetune": self.finetune, "label": self.label, **task_fields}
         out |= {"dist": self.dist, "seed": fed.seed, "n_clients": fed.n_clients, "rounds": fed.rounds}
@@ -89,8 +92,10 @@ class Task(ABC):
     @classmethod
     @abstractmethod
     def from_config(cls, cfg: DictConfig, n_clients: int, seed: int) -> Task:
-        """Validate this task's part of the composed config and build everything but the clients
-        (raises ``ValueError`` saying what is wrong and what is allowed)."""
+        """Validate this task's part of the composed config and build everything but the clients.
+
+        Raises ``ValueError`` saying what is wrong and what is allowed.
+        """
 
     @abstractmethod
     def describe(self) -> str:
@@ -98,8 +103,11 @@ class Task(ABC):
 
     @property
     def gpu_batched(self) -> bool:
-        """Whether the clients train as one batched computation on a GPU, which worker processes
-        would only contend for: ``executor=auto`` then keeps the run in one process."""
+        """Whether the clients train as one batched computation on a GPU.
+
+        Worker processes would only contend for that GPU: ``executor=auto`` then keeps the run in
+        one process.
+        """
         return False
 
     def describe_training(self) -> str:
@@ -112,14 +120,18 @@ class Task(ABC):
 
     @abstractmethod
     def client_factory(self, fed: FederationConfig, torch_threads: int) -> Any:
-        """The picklable factory of the run's clients (``factory(cid)``; optionally
-        ``factory.make_host(cids, timeout)``, see :mod:`morlfed.executors`)."""
+        """The picklable factory of the run's clients.
+
+        ``factory(cid)`` builds one client; optionally ``factory.make_host(cids, timeout)`` builds the
+        host of clients ``cids`` itself (see :mod:`morlfed.executors`).
+        """
 
     def check_fault_injection(self) -> None:
         """Raise ``ValueError`` where injected faults (``faults=``) cannot reach this run's clients.
 
         Fault injection wraps the clients of per-client hosts; a task whose clients are trained
-        as one batch says so here, before anything is written."""
+        as one batch says so here, before anything is written.
+        """
 
     @abstractmethod
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:

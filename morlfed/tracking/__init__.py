@@ -27,8 +27,10 @@ from morlfed.protocol import FitResult
 
 
 class Tracker:
-    """A run's experiment tracker. This base class is ``logger=csv``: the run directory's own files
-    are the whole record, so every method does nothing; a backend overrides them.
+    """A run's experiment tracker.
+
+    This base class is ``logger=csv``: the run directory's own files are the whole record, so
+    every method does nothing; a backend overrides them.
 
     :param run_dir: the run directory (a backend writes inside it)
     :param name: the run's name: environment or dataset, variant, distribution, seed
@@ -39,8 +41,9 @@ class Tracker:
         self.run_dir, self.name, self.config = Path(run_dir), name, config
 
     def log_round(self, rnd: int, scalars: Mapping[str, float]) -> None:
-        """Record one round's scalars (``section/name -> value``, see :func:`round_scalars`) at
-        step ``rnd``.
+        """Record one round's scalars at step ``rnd``.
+
+        The scalars map ``section/name`` to a value (see :func:`round_scalars`).
 
         :param rnd: the round (1-based)
         :param scalars: the round's finite scalars
@@ -83,8 +86,9 @@ def _finite(value: Any) -> bool:
 
 
 def flat_scalars(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """The finite numbers of a nested mapping (e.g. ``metrics.json``), keys joined by ``/``;
-    strings, booleans, ``None`` and non-finite values are left out.
+    """The finite numbers of a nested mapping (e.g. ``metrics.json``), keys joined by ``/``.
+
+    Strings, booleans, ``None`` and non-finite values are left out.
 
     :param values: the mapping
     :param prefix: prepended to every key (``"final/"``)

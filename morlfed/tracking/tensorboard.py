@@ -34,11 +34,16 @@ class TensorBoardTracker(Tracker):
         self.writer.add_text("config", f"**{name}**\n\n```\n{text}\n```", 0)
 
     def log_round(self, rnd: int, scalars: Mapping[str, float]) -> None:
+        """Add each scalar under its key as the tag at step ``rnd``, then flush the event file."""
         for tag, value in scalars.items():
             self.writer.add_scalar(tag, value, rnd)
         self.writer.flush()
 
     def log_final(self, step: int, metrics: Mapping[str, float], figures: Sequence[Path]) -> None:
+        """Add the final metrics as scalars and each figure as an image at ``step``, then flush.
+
+        A figure's tag is ``figures/<file stem>``; only its first three (RGB) channels are kept.
+        """
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, step)
         for path in figures:
@@ -46,4 +51,5 @@ class TensorBoardTracker(Tracker):
         self.writer.flush()
 
     def close(self) -> None:
+        """Close the :class:`SummaryWriter`, flushing what it still holds."""
         self.writer.close()

@@ -57,11 +57,17 @@ class WandbTracker(Tracker):
         )
 
     def log_round(self, rnd: int, scalars: Mapping[str, float]) -> None:
+        """Log the round's scalars to the W&B run's history at step ``rnd``."""
         self.run.log(dict(scalars), step=rnd)
 
     def log_final(self, step: int, metrics: Mapping[str, float], figures: Sequence[Path]) -> None:
+        """Put the final metrics into the W&B run's summary and log the figures as images at ``step``.
+
+        A figure's key is ``figures/<file stem>``.
+        """
         self.run.summary.update(dict(metrics))
         self.run.log({f"figures/{path.stem}": wandb.Image(str(path)) for path in figures}, step=step)
 
     def close(self) -> None:
+        """Finish the W&B run (``run.finish()``)."""
         self.run.finish()

@@ -1,5 +1,4 @@
-"""The SB3 agent of an env spec, as both RL engines build it, and the federated vector's layout of
-its networks.
+"""The SB3 agent of an env spec as both RL engines build it, and its networks' layout in the federated vector.
 
 The SB3 client (:mod:`morlfed.tasks.rl.client`) trains such an agent; the vectorised engine
 (:mod:`morlfed.tasks.rl.vectorised`) builds one as a template and mirrors its networks, initial
@@ -28,10 +27,11 @@ AGENTS: dict[str, type[OffPolicyAlgorithm]] = {"dqn": DQN, "ddpg": DDPG}
 def build_agent(
     spec: EnvSpec, env: Any, seed: int, device: str = "cpu", action_noise: ActionNoise | None = None
 ) -> OffPolicyAlgorithm:
-    """The SB3 agent of an env spec: ``AGENTS[spec.agent]("MlpPolicy", env, ...)`` with the spec's
-    hyper-parameters and the init seed derived from the root seed, which is the same for every
-    client, so all clients (and the vectorised engine's stacked copies) start from one shared
-    initial network.
+    """The SB3 agent of an env spec: ``AGENTS[spec.agent]("MlpPolicy", env, ...)``.
+
+    It gets the spec's hyper-parameters and the init seed derived from the root seed, which is the
+    same for every client, so all clients (and the vectorised engine's stacked copies) start from
+    one shared initial network.
 
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
     :param env: the agent's training env (its spaces define the networks)
@@ -46,10 +46,11 @@ def build_agent(
 
 
 def layout_of(online: dict[str, torch.nn.Module]) -> ParamLayout:
-    """The federated vector's layout of an SB3 agent's online networks: every parameter of each
-    module, named ``<key>.<parameter name>`` in the dict's order, the last linear layer of each
-    (its weight and bias) as the head. Both engines use it, so a model trained by one engine loads
-    in the other.
+    """The federated vector's layout of an SB3 agent's online networks.
+
+    Every parameter of each module, named ``<key>.<parameter name>`` in the dict's order, the last
+    linear layer of each (its weight and bias) as the head. Both engines use it, so a model trained
+    by one engine loads in the other.
 
     :param online: the online networks by prefix (DQN: ``{"q_net": ...}``; DDPG: ``{"actor": ...,
         "critic": ...}``)

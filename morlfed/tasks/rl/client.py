@@ -1,10 +1,10 @@
-"""An RL client: a stable-baselines3 DQN or DDPG agent on an MO-Gymnasium environment,
-trained on its private linear scalarisation ``w_i . r``.
+"""An RL client: a stable-baselines3 DQN or DDPG agent on an MO-Gymnasium environment.
 
-The federated model is the agent's online network(s): DQN's ``q_net``; DDPG's ``actor`` and
-``critic``. On receiving a model the client loads it and copies it into the target network(s).
-Replay buffer, optimiser state and the personal model stay local across rounds. Evaluation runs
-deterministic, seeded episodes on the vector-reward env.
+The agent is trained on the client's private linear scalarisation ``w_i . r``. The federated model
+is the agent's online network(s): DQN's ``q_net``; DDPG's ``actor`` and ``critic``. On receiving a
+model the client loads it and copies it into the target network(s). Replay buffer, optimiser state
+and the personal model stay local across rounds. Evaluation runs deterministic, seeded episodes on
+the vector-reward env.
 """
 
 from __future__ import annotations
@@ -34,9 +34,11 @@ from morlfed.tasks.rl.state import CarriedState, finished_returns, use_slot
 
 
 class TrainingLog(Logger):
-    """An SB3 logger without outputs that also keeps, until :meth:`take`, every training loss SB3
-    records (``train/loss`` for DQN, ``train/actor_loss`` and ``train/critic_loss`` for DDPG: one
-    value per training phase, each the mean over its gradient steps)."""
+    """An SB3 logger without outputs that also keeps every training loss SB3 records, until :meth:`take`.
+
+    The losses are ``train/loss`` for DQN, ``train/actor_loss`` and ``train/critic_loss`` for DDPG:
+    one value per training phase, each the mean over its gradient steps.
+    """
 
     def __init__(self) -> None:
         super().__init__(folder=None, output_formats=[])
@@ -183,14 +185,17 @@ class RLClient(RLFitReport, SingleClient):
         return TrainOutput(params, {"rewards": rewards, "steps": self.agent.num_timesteps - before}, learner)
 
     def loss(self, params: torch.Tensor, seed: int) -> float:
-        """The client's loss of a ``[d]`` model: ``-(w_i . mean undiscounted return) /
-        spec.return_scale`` over ``spec.eval_episodes`` seeded deterministic episodes."""
+        """The client's loss of a ``[d]`` model: ``-(w_i . mean undiscounted return) / spec.return_scale``.
+
+        The mean is over ``spec.eval_episodes`` seeded deterministic episodes.
+        """
         return -self.evaluate(params, seed).scalarised / self.spec.return_scale
 
     def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """Run ``spec.eval_episodes`` deterministic episodes with ``params`` (``None``: the
-        personal model) loaded into a separate copy of the policy (the training agent is
-        untouched)."""
+        """Run ``spec.eval_episodes`` deterministic episodes with ``params`` (``None``: the personal model).
+
+        The model is loaded into a separate copy of the policy (the training agent is untouched).
+        """
         if params is None:
             # A client that never trained a personal model (never sampled) deploys the shared
             # initial model, which is what its personal model would have started from.
@@ -202,13 +207,15 @@ class RLClient(RLFitReport, SingleClient):
         )
 
     def get_state(self) -> dict[str, Any]:
-        """Everything the client carries from one round to the next, as an independent copy that
-        ``torch.save`` can write: the agent's networks and active optimiser state(s)
-        (``get_parameters``), its replay buffer, its scalar attributes (``num_timesteps``,
+        """Everything the client carries from one round to the next, as a copy that ``torch.save`` can write.
+
+        The copy is independent of the client. It holds the agent's networks and active optimiser
+        state(s) (``get_parameters``), its replay buffer, its scalar attributes (``num_timesteps``,
         ``_n_calls``, ``_n_updates``, ``_episode_num``, ``exploration_rate``, ...), its episode-info
         buffers, the training Monitor's episode records, and the client's own ``_episodes_seen``,
         optimiser slots, personal model and exploration clock. RNG states are not part of it:
-        every training reseeds them from (seed, client, round)."""
+        every training reseeds them from (seed, client, round).
+        """
         agent = self.agent
         learner = copy.deepcopy(
             {
@@ -242,8 +249,10 @@ class RLClient(RLFitReport, SingleClient):
 
     # ------------------------------------------------------------------------------------------
     def _learn(self, job: TrainJob, seed: int) -> tuple[torch.Tensor, list[float]]:
-        """Train one model from ``job.start`` for ``job.steps`` env steps with the random seed
-        ``seed``; return it and the finished training episodes' scalarised returns."""
+        """Train one model from ``job.start`` for ``job.steps`` env steps with the random seed ``seed``.
+
+        :return: the trained ``[d]`` model and the finished training episodes' scalarised returns
+        """
         self._active_slot = use_slot(
             self._optimiser_slots, self._active_slot, job.slot, self._optimiser_state, self._load_optimiser_state
         )
@@ -297,8 +306,10 @@ class RLClient(RLFitReport, SingleClient):
 
 
 class RLClientFactory(RLFactory):
-    """The SB3 engine's factory (``engine=sb3``): one :class:`RLClient` per client id, built from
-    the fields of :class:`~morlfed.tasks.rl.factory.RLFactory`."""
+    """The SB3 engine's factory (``engine=sb3``): one :class:`RLClient` per client id.
+
+    Each client is built from the fields of :class:`~morlfed.tasks.rl.factory.RLFactory`.
+    """
 
     def __call__(self, cid: int) -> RLClient:
         """Client ``cid``, trained on its own SB3 agent.

@@ -1,5 +1,4 @@
-"""The exploration clock both RL engines share: where a client stands on its federated budget, and
-DQN's epsilon there.
+"""The RL engines' shared exploration clock: a client's place on its federated budget and DQN's epsilon there.
 
 A client's budget clock reads ``num_timesteps - offset``: its env steps minus the ``offset``, the
 steps that did not advance the federated budget (the second and later models trained in one
@@ -22,8 +21,9 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 @dataclass(frozen=True)
 class EpsilonDecay:
-    """DQN's linear epsilon decay, ``initial`` to ``final`` over ``fraction`` of a client's whole
-    budget, read on the budget clock.
+    """DQN's linear epsilon decay, ``initial`` to ``final`` over ``fraction`` of a client's whole budget.
+
+    The decay is read on the budget clock.
 
     Not SB3's ``LinearSchedule``: that one reads the progress of the current ``learn`` call, which a
     client makes once per round, and fed the budget's progress as ``progress_remaining = 1 -
@@ -92,9 +92,11 @@ class BudgetExplorationSchedule:
 
 @dataclass
 class FitClock:
-    """Where one client's current fit started on the budget clock: every training of a fit sees
-    the exploration rate of the fit's start, so only a fit's first training (and, under
-    ``split_budget``, each of them: :attr:`morlfed.client.TrainJob.first`) advances the clock.
+    """Where one client's current fit started on the budget clock.
+
+    Every training of a fit sees the exploration rate of the fit's start, so only a fit's first
+    training (and, under ``split_budget``, each of them: :attr:`morlfed.client.TrainJob.first`)
+    advances the clock.
 
     :param start: ``(num_timesteps, offset)`` when the last first training started
     """
@@ -102,8 +104,10 @@ class FitClock:
     start: tuple[int, int] = (0, 0)
 
     def offset(self, num_timesteps: int, offset: int, first: bool) -> int:
-        """The clock offset for a training that starts now: the offset at the fit's start plus the
-        env steps taken since, so the clock stands where it stood then.
+        """The clock offset for a training that starts now.
+
+        It is the offset at the fit's start plus the env steps taken since, so the clock stands
+        where it stood then.
 
         :param num_timesteps: the client's env steps now
         :param offset: the clock's offset now

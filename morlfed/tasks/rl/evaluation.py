@@ -1,7 +1,9 @@
-"""How an RL client evaluates a model, for every engine: the model loaded into a copy of the SB3
-policy, then deterministic, seeded episodes on the vector-reward evaluation env. The SB3 client
-and the vectorised engine both evaluate through these functions, so a model evaluates identically
-in either."""
+"""How an RL client evaluates a model, for every engine.
+
+The model is loaded into a copy of the SB3 policy, then runs deterministic, seeded episodes on the
+vector-reward evaluation env. The SB3 client and the vectorised engine both evaluate through these
+functions, so a model evaluates identically in either.
+"""
 
 from __future__ import annotations
 
@@ -35,9 +37,11 @@ def load_networks(policy: BasePolicy, networks: Iterable[str], named_params: Map
 def evaluate_episodes(
     policy: BasePolicy, env: gym.Env, weights: np.ndarray, gamma: float, episodes: int, seed: int
 ) -> Evaluation:
-    """The mean vector return of ``episodes`` deterministic episodes of ``policy`` on ``env``,
-    episode ``k`` reset with ``derive_seed(seed, "episode", k)``, undiscounted and discounted,
-    and both scalarised with ``weights``; ``env_steps`` counts the steps of all the episodes.
+    """The mean vector return of ``episodes`` deterministic episodes of ``policy`` on ``env``.
+
+    Episode ``k`` is reset with ``derive_seed(seed, "episode", k)``. The return is given
+    undiscounted and discounted, and both scalarised with ``weights``; ``env_steps`` counts the
+    steps of all the episodes.
 
     :param policy: the SB3 policy, with the model loaded (:func:`load_networks`)
     :param env: the client's evaluation env (vector reward, :func:`morlfed.envs.make_eval_env`)

@@ -1,6 +1,8 @@
-"""What every RL engine's client factory is built from (:meth:`RLTask.client_factory
-<morlfed.tasks.rl.task.RLTask.client_factory>` builds the chosen engine's factory with these
-fields) and the check of an env spec against what the engine implements."""
+"""What every RL engine's client factory is built from, and the check of an env spec against the engine.
+
+:meth:`RLTask.client_factory <morlfed.tasks.rl.task.RLTask.client_factory>` builds the chosen
+engine's factory with these fields; the check compares an env spec with what the engine implements.
+"""
 
 from __future__ import annotations
 
@@ -34,8 +36,9 @@ class RLFactory(ABC):
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
-        """Raise ``ValueError`` naming what in ``spec`` this engine does not implement (by default
-        nothing: the engine passes every SB3 argument to SB3).
+        """Raise ``ValueError`` naming what in ``spec`` this engine does not implement.
+
+        By default nothing is raised: the engine passes every SB3 argument to SB3.
 
         :param spec: the environment spec a run asks for
         """

@@ -1,5 +1,4 @@
-"""What an RL client reports from a fit, for every engine: the loss of a received model and the
-training metrics of its trainings."""
+"""What an RL client reports from a fit in every engine: a received model's loss and its trainings' metrics."""
 
 from __future__ import annotations
 
@@ -14,8 +13,10 @@ from morlfed.seeding import derive_seed
 
 
 class RLFitReport:
-    """Mixin of the RL engines' clients (:class:`~morlfed.client.ClientBase` subclasses with
-    ``spec``, ``seed`` and ``evaluate_client``).
+    """Mixin of the RL engines' clients: the loss of a model and the fit's training metrics.
+
+    It mixes into :class:`~morlfed.client.ClientBase` subclasses with ``spec``, ``seed`` and
+    ``evaluate_client``.
 
     * **Loss of a model** (IFCA, FedFew, FedMHC, FedPG): ``-(w_i . R) / spec.return_scale``, where
       ``R`` is the mean undiscounted vector return of ``spec.eval_episodes`` deterministic episodes

@@ -27,9 +27,11 @@ BF16_FLAGS: frozenset[str] = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def bf16_native(device: str, cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether ``device`` computes bfloat16 matrix products natively: a CUDA device that supports
-    bfloat16, or a processor whose ``cpuinfo`` flags name bfloat16 instructions (:data:`BF16_FLAGS`;
-    ``False`` where the kernel does not describe its processors there).
+    """Whether ``device`` computes bfloat16 matrix products natively.
+
+    That is a CUDA device that supports bfloat16, or a processor whose ``cpuinfo`` flags name
+    bfloat16 instructions (:data:`BF16_FLAGS`; ``False`` where the kernel does not describe its
+    processors there).
 
     :param device: ``cpu`` or ``cuda``
     :param cpuinfo: where the kernel describes the processors

@@ -1,12 +1,14 @@
-"""What an RL run reports: ``final.csv`` (per client: weights, vector returns, scalarised scores,
-deployed model, env steps taken), ``front.png`` and ``metrics.json`` (the clients' env steps, in
-all and by purpose, every metric on discounted and on undiscounted returns, each kind against its
-own reference point), and the console summary.
+"""What an RL run reports: ``final.csv``, ``front.png``, ``metrics.json`` and the console summary.
+
+``final.csv`` holds, per client, the weights, vector returns, scalarised scores, deployed model and
+env steps taken. ``metrics.json`` holds the clients' env steps, in all and by purpose, and every
+metric on discounted and on undiscounted returns, each kind against its own reference point.
 
 Every env step a client's strategy makes it take is counted: its trainings' and the evaluation
 episodes that measure the losses of the models it receives (IFCA, FedFew, FedMHC, FedPG). The
 final evaluation of the deployed models, and the learning curve's (``eval_every``), measure the
-run and are not counted."""
+run and are not counted.
+"""
 
 from __future__ import annotations
 
@@ -86,8 +88,10 @@ def write_results(
 
 
 def env_steps_total(outcome: FederationOutcome) -> dict[int, int | None]:
-    """Each client's env steps over the run, every purpose counted: training plus the evaluation
-    episodes of its loss measurements (``None`` when either is unknown).
+    """Each client's env steps over the run, every purpose counted.
+
+    That is training plus the evaluation episodes of its loss measurements (``None`` when either is
+    unknown).
 
     :param outcome: the finished run
     """

@@ -1,5 +1,6 @@
-"""What an RL client carries from one round to the next besides its learner, in either engine, and
-the bookkeeping both engines do with it.
+"""What an RL client carries from one round to the next besides its learner, in either engine.
+
+The module also holds the bookkeeping both engines do with that state.
 
 The learner's own state (networks, the active optimiser state, replay buffer, step counters)
 differs between the engines; the rest is the same: one optimiser state per model slot
@@ -65,8 +66,9 @@ def finished_returns(env: Monitor, seen: int) -> list[float]:
 
 @dataclass
 class CarriedState:
-    """The part of an RL client's state that both engines carry alike (``get_state`` holds these
-    keys next to the engine's own learner state).
+    """The part of an RL client's state that both engines carry alike.
+
+    ``get_state`` holds these keys next to the engine's own learner state.
 
     :param monitor: the training Monitor's episode records (:data:`MONITOR_RECORDS`)
     :param episodes_seen: training episodes already reported in a fit's metrics

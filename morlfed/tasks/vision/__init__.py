@@ -1,5 +1,6 @@
-"""The supervised-vision path (``task=vision``): the same strategies on label-skewed image
-classification (``docs/vision.md``).
+"""The supervised-vision path (``task=vision``): the same strategies on label-skewed image classification.
+
+See ``docs/vision.md``.
 
 * :mod:`morlfed.tasks.vision.data` -- datasets: scikit-learn's digits, torchvision's MNIST,
   Fashion-MNIST, CIFAR-10/100 from a local folder;

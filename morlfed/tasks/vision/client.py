@@ -1,6 +1,7 @@
-"""A supervised-vision client: a classifier trained with local SGD epochs on its share of a
-label-skewed dataset. It implements the same client protocol as :class:`morlfed.tasks.rl.client.RLClient`,
-so every registered strategy runs on it unchanged.
+"""A supervised-vision client: local SGD epochs of a classifier on its share of a label-skewed dataset.
+
+It implements the same client protocol as :class:`morlfed.tasks.rl.client.RLClient`, so every
+registered strategy runs on it unchanged.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class TrainConfig:
     momentum: float = 0.0
 
     def __post_init__(self) -> None:
+        """Raise ``ValueError`` naming the out-of-range ``data.*`` setting (batch size, lr, momentum)."""
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ValueError(f"data.batch_size must be a positive integer, got {self.batch_size!r}")
         if not (isinstance(self.lr, (int, float)) and self.lr > 0 and np.isfinite(self.lr)):
@@ -50,9 +52,12 @@ class TrainConfig:
 
 
 def s_acc_clients(cid: int, n_clients: int, share: float, seed: int) -> np.ndarray:
-    """The other clients whose test data enter client ``cid``'s S-acc: ``round((n - 1) * share)``
-    of them (halves up), drawn without replacement from ``generator(seed, "s-acc", cid)``
-    (FedPG's "c% of clients other than i that are randomly selected"), sorted."""
+    """The other clients whose test data enter client ``cid``'s S-acc, sorted.
+
+    They are ``round((n - 1) * share)`` of them (halves up), drawn without replacement from
+    ``generator(seed, "s-acc", cid)`` (FedPG's "c% of clients other than i that are randomly
+    selected").
+    """
     others = np.array([c for c in range(n_clients) if c != cid], dtype=np.int64)
     m = int(np.floor((n_clients - 1) * share + 0.5))
     return np.sort(generator(seed, "s-acc", cid).choice(others, size=m, replace=False))
@@ -203,7 +208,9 @@ class VisionClient(SingleClient):
 
     def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
         """L-acc, S-acc, G-acc and the local test loss of ``params`` (``None``: the personal model).
-        Evaluation is deterministic; ``seed`` is accepted for the protocol and unused."""
+
+        Evaluation is deterministic; ``seed`` is accepted for the protocol and unused.
+        """
         if params is None:
             params = self.personal if self.personal is not None else self._initial
         torch.set_num_threads(self.torch_threads)
@@ -227,8 +234,10 @@ class VisionClient(SingleClient):
         )
 
     def get_state(self) -> dict[str, Any]:
-        """What the client carries from one round to the next (an independent copy): its
-        personal model. Models, optimisers and batch orders are rebuilt from every task."""
+        """What the client carries from one round to the next (an independent copy): its personal model.
+
+        Models, optimisers and batch orders are rebuilt from every task.
+        """
         return {"personal": None if self.personal is None else self.personal.clone()}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -239,8 +248,10 @@ class VisionClient(SingleClient):
     def _sgd(
         self, start: torch.Tensor, epochs: int, batches: torch.Generator, mu: float, centre: torch.Tensor
     ) -> tuple[torch.Tensor, float, float]:
-        """Train from ``start`` for ``epochs`` epochs; return the trained vector and the running
-        mean loss and accuracy (%) of its minibatches."""
+        """Train from ``start`` for ``epochs`` epochs.
+
+        :return: the trained vector and the running mean loss and accuracy (%) of its minibatches
+        """
         self._load(start)
         self.model.train()
         self._optimizer = torch.optim.SGD(
@@ -283,8 +294,9 @@ class VisionClient(SingleClient):
 
 @dataclass
 class VisionClientFactory:
-    """Builds vision clients by id; picklable, so worker processes build their own clients (the
-    dataset is loaded once per process, :func:`~morlfed.tasks.vision.data.load_dataset` caches it).
+    """Builds vision clients by id; picklable, so worker processes build their own clients.
+
+    The dataset is loaded once per process: :func:`~morlfed.tasks.vision.data.load_dataset` caches it.
 
     :param data: the dataset name
     :param root: the dataset folder (torchvision datasets)
@@ -310,6 +322,7 @@ class VisionClientFactory:
     torch_threads: int = 1
 
     def __call__(self, cid: int) -> VisionClient:
+        """Client ``cid``, on the process's cached copy of the dataset."""
         dataset = load_dataset(self.data, self.root, self.download)
         return VisionClient(
             cid,

@@ -96,6 +96,7 @@ class VisionDataset:
     std: torch.Tensor
 
     def __len__(self) -> int:
+        """The number of images in the pooled dataset."""
         return int(self.labels.shape[0])
 
     @property
@@ -112,8 +113,10 @@ class VisionDataset:
     def from_arrays(
         cls, name: str, images: np.ndarray | torch.Tensor, labels: np.ndarray | torch.Tensor, scale: float
     ) -> VisionDataset:
-        """Build a dataset from ``[n, H, W]`` (grey) or ``[n, H, W, C]`` / ``[n, C, H, W]`` uint8
-        images and integer labels; computes the class count and the normalisation."""
+        """Build a dataset from uint8 images and integer labels, computing the class count and normalisation.
+
+        The images are ``[n, H, W]`` (grey) or ``[n, H, W, C]`` / ``[n, C, H, W]``.
+        """
         images = torch.as_tensor(np.asarray(images))
         if images.ndim == 3:
             images = images.unsqueeze(1)
@@ -163,8 +166,10 @@ def _load_cached(name: str, root: str | None, download: bool) -> VisionDataset:
 
 
 def check_dataset_files(info: DatasetInfo, root: str | Path | None, download: bool) -> None:
-    """Raise :class:`DatasetUnavailable` unless ``root`` holds every file of ``info`` (or
-    ``download`` is set and ``root`` is given). Runs before torchvision is imported."""
+    """Raise :class:`DatasetUnavailable` unless ``root`` holds every file of ``info``.
+
+    ``download`` set with a ``root`` given also passes. Runs before torchvision is imported.
+    """
     if root is None:
         raise DatasetUnavailable(
             f"data={info.name} is read from a local folder: set data.root=DIR, a folder holding "

@@ -1,5 +1,6 @@
-"""A vision experiment from its configuration: dataset, partition, model and training settings,
-validated before any training, and the factory that builds its clients.
+"""A vision experiment from its configuration, validated before any training, and its clients' factory.
+
+The experiment is the dataset, partition, model and training settings.
 
 Configuration (``task=vision``; see ``docs/vision.md``):
 
@@ -66,8 +67,9 @@ class VisionSetup:
     def from_config(
         cls, data: dict[str, Any], model: dict[str, Any], dist: dict[str, Any], n_clients: int, seed: int
     ) -> VisionSetup:
-        """Load the dataset, draw the partition from ``generator(seed, "partition")`` and check
-        the model and training settings.
+        """Load the dataset, draw the partition and check the model and training settings.
+
+        The partition is drawn from ``generator(seed, "partition")``.
 
         :param data: the ``data`` node
         :param model: the ``model`` node (``name`` and hyper-parameters)

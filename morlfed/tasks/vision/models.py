@@ -1,5 +1,6 @@
-"""Classifiers of the vision path, each a ``body`` (feature extractor) and a ``head`` (the last,
-classifying linear layer).
+"""Classifiers of the vision path, each a ``body`` (feature extractor) and a ``head`` (classifying layer).
+
+The head is the last, classifying linear layer.
 
 * ``mlp``: flatten, then ``Linear -> ReLU`` per hidden width, then the linear head; the default
   for ``digits``.
@@ -128,9 +129,10 @@ def build_model(
 
 
 def init_parameters(model: nn.Module, generator: torch.Generator) -> None:
-    """PyTorch's default initialisation of every linear and convolution layer, drawn from
-    ``generator``: weights Kaiming-uniform with ``a = sqrt(5)``, biases uniform in
-    ``+-1/sqrt(fan_in)``."""
+    """PyTorch's default initialisation of every linear and convolution layer, drawn from ``generator``.
+
+    Weights are Kaiming-uniform with ``a = sqrt(5)``, biases uniform in ``+-1/sqrt(fan_in)``.
+    """
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)):

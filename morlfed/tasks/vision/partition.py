@@ -52,8 +52,10 @@ class Partition:
         return len(self.train)
 
     def histogram(self, labels: np.ndarray, n_classes: int, split: str = "all") -> np.ndarray:
-        """``[n_clients, n_classes]`` label counts of each client's ``train``, ``test`` or ``all``
-        (train and test) samples."""
+        """``[n_clients, n_classes]`` label counts of each client's ``train``, ``test`` or ``all`` samples.
+
+        ``all`` counts train and test samples together.
+        """
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be train, test or all, got {split!r}")
         labels = np.asarray(labels)
@@ -150,8 +152,10 @@ def iid_shares(n_samples: int, n_clients: int, rng: np.random.Generator) -> list
 
 
 def split_train_test(shares: list[np.ndarray], test_fraction: float, rng: np.random.Generator) -> Partition:
-    """Split every client's share into train and test indices (``test_fraction`` of it, rounded
-    up, for testing; at least one sample each)."""
+    """Split every client's share into train and test indices.
+
+    ``test_fraction`` of each share, rounded up, is for testing; at least one sample each.
+    """
     train, test = [], []
     for share in shares:
         tr, te = train_test_split(
@@ -173,8 +177,9 @@ def make_partition(
     max_retries: int = 100,
     **options: Any,
 ) -> Partition:
-    """Partition ``labels`` over ``n_clients`` clients with partition ``name``, then split every
-    client's share into train and test data.
+    """Partition ``labels`` over ``n_clients`` clients with partition ``name``, then split each share.
+
+    Every client's share is split into train and test data.
 
     :param name: one of :data:`PARTITIONS`
     :param labels: ``[N]`` integer labels of the pooled dataset

@@ -1,5 +1,4 @@
-"""What a vision run writes into its run directory, besides the loop's ``rounds.csv`` and
-``clusters.jsonl``:
+"""What a vision run writes into its run directory, besides the loop's ``rounds.csv`` and ``clusters.jsonl``.
 
 * ``label_histogram.csv``: one row per client: ``client, n_train, n_test`` and the count of each
   class ``class_0 .. class_{C-1}`` over its train and test samples; ``label_histogram.png``

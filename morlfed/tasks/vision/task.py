@@ -1,5 +1,7 @@
-"""The supervised-vision task (``task=vision``): the same strategies on label-skewed image
-classification; ``data=`` picks the dataset, ``model=`` the classifier, ``dist=`` the partition."""
+"""The supervised-vision task (``task=vision``): the same strategies on label-skewed image classification.
+
+``data=`` picks the dataset, ``model=`` the classifier, ``dist=`` the partition.
+"""
 
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class VisionTask(Task):
         return cls(setup)
 
     def describe(self) -> str:
+        """The dataset's name (``digits``, ``mnist``, ...)."""
         return self.setup.dataset.name
 
     def write_inputs(self, run_dir: RunDirectory, run: RunInfo) -> None:
@@ -53,11 +56,18 @@ class VisionTask(Task):
         report.write_partition(run_dir, self.setup.dataset, self.setup.partition, title)
 
     def client_factory(self, fed: FederationConfig, torch_threads: int) -> VisionClientFactory:
+        """The experiment's picklable :class:`VisionClientFactory`, seeded with the run's root seed."""
         return self.setup.client_factory(fed.seed, torch_threads)
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
+        """Write ``final.csv`` and (last) ``metrics.json``; return the metrics.
+
+        ``metrics.json`` starts with ``task: vision`` and the run's identity, with the dataset and
+        model as the task's fields and, for a branched run, the run it branched from.
+        """
         info = {"task": "vision", **run.fields(data=self.setup.dataset.name, model=self.setup.model)}
         return report.write_results(run_dir, self.setup.partition, outcome, {**info, **run.branched()})
 
     def print_summary(self, outcome: FederationOutcome, metrics: dict[str, Any], path: Path) -> None:
+        """Print each client's L-acc, S-acc, G-acc and model, then every accuracy's mean, std, min and max."""
         report.print_summary(outcome, metrics, path)

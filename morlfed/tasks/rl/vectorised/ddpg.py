@@ -1,5 +1,4 @@
-"""N clients' SB3 DDPG actors and critics, stacked along a client dimension and updated as one
-computation.
+"""N clients' SB3 DDPG actors and critics, stacked along a client dimension and updated as one computation.
 
 :class:`StackedDDPG` mirrors ``stable_baselines3.DDPG`` (SB3's ``TD3`` with ``policy_delay=1`` and
 no target policy noise). Its networks are the ones SB3 builds from the env spec, read off a real
@@ -69,8 +68,9 @@ def unscale_action(scaled: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.
 def explore_actions(
     unscaled: np.ndarray, noise: np.ndarray | None, low: np.ndarray, high: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """SB3's ``OffPolicyAlgorithm._sample_action`` for a Box action space, after the action was
-    chosen: scale it to ``[-1, 1]``, add the exploration noise and clip to ``[-1, 1]``.
+    """SB3's ``OffPolicyAlgorithm._sample_action`` for a Box action space, after the action was chosen.
+
+    Scale the action to ``[-1, 1]``, add the exploration noise and clip to ``[-1, 1]``.
 
     :param unscaled: actions in the env's bounds: a uniform sample of the action space during the
         warm-up, else what SB3's ``predict`` returns, ``unscale_action(actor(obs))``
@@ -136,13 +136,17 @@ class StackedDDPG(StackedLearner):
 
     @property
     def layout(self) -> ParamLayout:
-        """The SB3 client's layout: ``actor.mu.<k>.weight`` / ``.bias`` then
-        ``critic.qf<j>.<k>.weight`` / ``.bias``; each network's last layer is head."""
+        """The SB3 client's layout of the federated vector.
+
+        ``actor.mu.<k>.weight`` / ``.bias`` then ``critic.qf<j>.<k>.weight`` / ``.bias``; each
+        network's last layer is head.
+        """
         return self._layout
 
     def params(self, network: str) -> dict[str, torch.Tensor]:
-        """One network's stacked parameters ``{SB3 name: [N, *shape]}`` (views of its ``[N, d]``
-        tensor, e.g. ``params("critic_target")["qf0.0.weight"]``).
+        """One network's stacked parameters ``{SB3 name: [N, *shape]}``.
+
+        They are views of its ``[N, d]`` tensor, e.g. ``params("critic_target")["qf0.0.weight"]``.
 
         :param network: ``"actor"``, ``"actor_target"``, ``"critic"`` or ``"critic_target"``
         """
@@ -170,9 +174,11 @@ class StackedDDPG(StackedLearner):
 
     @torch.no_grad()
     def act(self, observations: torch.Tensor) -> torch.Tensor:
-        """Every client's deterministic action (its actor's ``tanh`` output, scaled to
-        ``[-1, 1]``) for its observation (``[N, obs_dim]`` -> ``[N, act_dim]``; on the CPU computed
-        in numpy, cheaper for one observation per client)."""
+        """Every client's deterministic action for its observation (``[N, obs_dim]`` -> ``[N, act_dim]``).
+
+        The action is the actor's ``tanh`` output, scaled to ``[-1, 1]``. On the CPU it is computed
+        in numpy, cheaper for one observation per client.
+        """
         if self._actor_numpy is None:
             obs = observations.to(self.device).float().unsqueeze(1)
             return self.actor_mlp.forward(self.actor_mlp.views(self.actor), obs)[0].squeeze(1)
@@ -183,8 +189,10 @@ class StackedDDPG(StackedLearner):
     def gradient_step(
         self, batch: Batch, mask: torch.Tensor, prox_mu: torch.Tensor, prox_centre: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """One iteration of ``TD3.train``'s loop for the clients where ``mask`` is true (see the
-        module docstring); the others keep their networks, targets and optimiser states.
+        """One iteration of ``TD3.train``'s loop for the clients where ``mask`` is true.
+
+        The steps are listed in the module docstring. The other clients keep their networks,
+        targets and optimiser states.
 
         :param batch: one minibatch per client (actions scaled to ``[-1, 1]``)
         :param mask: ``[N]`` bool, the clients that take the step

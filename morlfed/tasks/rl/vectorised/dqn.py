@@ -138,8 +138,10 @@ class StackedDQN(StackedLearner):
         self._low_target_stale = True
 
     def q_values(self, observations: torch.Tensor, target: bool = False) -> torch.Tensor:
-        """Every client's Q-values for a batch of observations each (``[N, B, obs_dim]`` ->
-        ``[N, B, n_actions]``; SB3's ``preprocess_obs``: cast to float, flattened).
+        """Every client's Q-values for a batch of observations each.
+
+        ``[N, B, obs_dim]`` -> ``[N, B, n_actions]``; the observations are preprocessed as SB3's
+        ``preprocess_obs`` does: cast to float, flattened.
 
         :param observations: one batch per client
         :param target: use the target networks instead of the online ones
@@ -148,8 +150,10 @@ class StackedDQN(StackedLearner):
         return self.mlp.forward(self._target_views if target else self._online_views, x)[0]
 
     def act(self, observations: torch.Tensor) -> torch.Tensor:
-        """Every client's greedy action (argmax of its Q-values) for its ``[obs_dim]`` observation
-        (on the CPU computed in numpy, cheaper for one observation per client)."""
+        """Every client's greedy action (argmax of its Q-values) for its ``[obs_dim]`` observation.
+
+        On the CPU it is computed in numpy, cheaper for one observation per client.
+        """
         if self._online_numpy is None:
             return self.q_values(observations.unsqueeze(1)).argmax(dim=2).squeeze(1)
         x = observations.float().flatten(1).numpy()[:, None, :]
@@ -158,8 +162,12 @@ class StackedDQN(StackedLearner):
     def gradient_step(
         self, batch: Batch, mask: torch.Tensor, prox_mu: torch.Tensor, prox_centre: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """One ``DQN.train(gradient_steps=1)`` step for the clients where ``mask`` is true (see the
-        module docstring); returns the per-client Huber ``loss`` (``[N]``)."""
+        """One ``DQN.train(gradient_steps=1)`` step for the clients where ``mask`` is true.
+
+        The step is described in the module docstring.
+
+        :return: the per-client Huber ``loss`` (``[N]``)
+        """
         ws = self._workspaces
         online_views, target_views = self._online_views, self._target_views
         if self._low is not None:
@@ -196,8 +204,10 @@ class StackedDQN(StackedLearner):
         return {"loss": loss}
 
     def after_env_step(self, n_calls: torch.Tensor, mask: torch.Tensor) -> None:
-        """SB3's ``DQN._on_step`` target update: ``polyak_update(q_net, q_net_target, tau)`` for
-        every stepped client whose ``_n_calls`` is a multiple of ``target_update_interval``."""
+        """SB3's ``DQN._on_step`` target update: ``polyak_update(q_net, q_net_target, tau)``.
+
+        It updates every stepped client whose ``_n_calls`` is a multiple of ``target_update_interval``.
+        """
         due = mask.cpu().numpy() & (n_calls.cpu().numpy() % self.target_interval == 0)
         if not due.any():
             return

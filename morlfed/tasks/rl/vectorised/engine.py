@@ -1,5 +1,4 @@
-"""The vectorised client engine: all DQN or DDPG clients of a worker trained as one batched
-computation.
+"""The vectorised client engine: all DQN or DDPG clients of a worker trained as one batched computation.
 
 :class:`VectorisedClients` is a :class:`~morlfed.client.ClientBase` owning several clients. It
 reproduces the SB3 client (:class:`~morlfed.tasks.rl.client.RLClient`) client by client: the same
@@ -54,8 +53,10 @@ from morlfed.tasks.rl.vectorised.template import template_agent
 def stacked_algorithm(
     spec: EnvSpec, n: int, seed: int, total_steps: int, device: str, precision: str = "fp32"
 ) -> tuple[OffPolicyAlgorithm, StackedLearner, Exploration]:
-    """The SB3 agent the SB3 client builds for ``spec`` (the template: networks, initial
-    parameters, hyper-parameters), ``n`` stacked copies of its networks and its exploration.
+    """The SB3 client's agent for ``spec``, ``n`` stacked copies of its networks and its exploration.
+
+    The agent is the one the SB3 client builds for ``spec``, the template: networks, initial
+    parameters, hyper-parameters.
 
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
     :param n: number of clients
@@ -159,8 +160,11 @@ class VectorisedClients(RLFitReport, ClientBase):
 
     @property
     def layout(self) -> ParamLayout:
-        """The SB3 client's layout (DQN: ``q_net.q_net.<k>.weight`` / ``.bias``; DDPG:
-        ``actor.mu.<k>.*`` then ``critic.qf0.<k>.*``; each network's last layer is head)."""
+        """The SB3 client's layout of the federated vector.
+
+        DQN: ``q_net.q_net.<k>.weight`` / ``.bias``; DDPG: ``actor.mu.<k>.*`` then
+        ``critic.qf0.<k>.*``; each network's last layer is head.
+        """
         return self.learner.layout
 
     def initial_params(self) -> torch.Tensor:
@@ -200,8 +204,10 @@ class VectorisedClients(RLFitReport, ClientBase):
         self.learner.load(i, job.start.float())
 
     def _finish_job(self, i: int, steps: int) -> TrainOutput:
-        """Client ``i``'s trained model, the returns of the episodes that finished meanwhile and the
-        env steps the training took (``steps``: its budget, or more when SB3 finishes a rollout)."""
+        """Client ``i``'s trained model, the returns of the episodes that finished meanwhile, the env steps.
+
+        ``steps`` are the env steps the training took: its budget, or more when SB3 finishes a rollout.
+        """
         returns = finished_returns(self.train_envs[i], int(self.episodes_seen[i]))
         self.episodes_seen[i] += len(returns)
         # the learner's scalars, as the SB3 client reports them: mean losses, DQN's epsilon now
@@ -215,10 +221,12 @@ class VectorisedClients(RLFitReport, ClientBase):
     # ------------------------------------------------------------------------------------------
     # evaluation
     def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """``spec.eval_episodes`` deterministic episodes of client ``cid`` on its evaluation env,
-        exactly as the SB3 client's ``evaluate``: the model (``None``: its personal model, or the
-        shared initial model if it never trained one) is loaded into a copy of the SB3 policy, so
-        the deterministic actions are SB3's own."""
+        """``spec.eval_episodes`` deterministic episodes of client ``cid`` on its evaluation env.
+
+        They run exactly as the SB3 client's ``evaluate``: the model (``None``: its personal model, or
+        the shared initial model if it never trained one) is loaded into a copy of the SB3 policy, so
+        the deterministic actions are SB3's own.
+        """
         if params is None:
             params = self.personal_models.get(cid, self._initial)
         torch.set_num_threads(self.torch_threads)
@@ -236,9 +244,11 @@ class VectorisedClients(RLFitReport, ClientBase):
     # ------------------------------------------------------------------------------------------
     # state
     def get_state(self, cid: int) -> dict[str, Any]:
-        """Everything client ``cid`` carries from one round to the next (see the class docstring),
-        as an independent CPU copy that ``torch.save`` can write. RNG states are not part of it:
-        every training reseeds from (seed, client, round)."""
+        """Everything client ``cid`` carries from one round to the next (see the class docstring).
+
+        It is an independent CPU copy that ``torch.save`` can write. RNG states are not part of it:
+        every training reseeds from (seed, client, round).
+        """
         i, c = self.index[cid], self.counters
         carried = CarriedState.capture(
             self.train_envs[i],

@@ -1,5 +1,6 @@
-"""Exploration hooks of the lockstep loop: how every stepping client picks its action, SB3's
-``_sample_action`` per algorithm.
+"""Exploration hooks of the lockstep loop: how every stepping client picks its action.
+
+Each hook is SB3's ``_sample_action`` of one algorithm.
 
 * :class:`EpsilonGreedy` (DQN): a uniform random action before ``learning_starts``, then
   epsilon-greedy with the budget-wide epsilon of :class:`~morlfed.tasks.rl.clock.EpsilonDecay`
@@ -31,8 +32,9 @@ _BLOCK = 128
 
 
 class Streams:
-    """Each client's own stream of random numbers, ``width`` per draw, taken from its generator in
-    blocks (one generator call per client every ``_BLOCK`` draws): uniforms in ``[0, 1)``, or
+    """Each client's own stream of random numbers, ``width`` per draw, taken from its generator in blocks.
+
+    One generator call per client every ``_BLOCK`` draws; the numbers are uniforms in ``[0, 1)``, or
     standard normals with ``normal``.
 
     :param rngs: each client's generator (``None``: a client that draws nothing)
@@ -63,8 +65,10 @@ class Streams:
 
 
 def _streams(n: int, rows: np.ndarray, seeds: list[int], purpose: str, width: int, normal: bool = False) -> Streams:
-    """Streams of ``width`` numbers per draw from ``generator(seed, purpose)`` for the clients in
-    ``rows`` (one seed each); the other clients draw nothing."""
+    """Streams of ``width`` numbers per draw from ``generator(seed, purpose)`` for the clients in ``rows``.
+
+    Each client in ``rows`` has one seed; the other clients draw nothing.
+    """
     rngs: list[np.random.Generator | None] = [None] * n
     for i, seed in zip(rows, seeds, strict=True):
         rngs[i] = generator(seed, purpose)
@@ -111,8 +115,10 @@ class Exploration(ABC):
 
 
 class EpsilonGreedy(Exploration):
-    """SB3 DQN's exploration with the budget-wide epsilon: every env step of a client takes two
-    uniforms from ``generator(seed, "explore")`` (the epsilon test and a random action).
+    """SB3 DQN's exploration with the budget-wide epsilon.
+
+    Every env step of a client takes two uniforms from ``generator(seed, "explore")`` (the epsilon
+    test and a random action).
 
     :param learner: the clients' stacked Q-networks
     :param learning_starts: env steps of uniform random actions
@@ -162,11 +168,20 @@ class EpsilonGreedy(Exploration):
         return self.schedule(num_timesteps, offset)
 
     def start(self, n: int, rows: np.ndarray, seeds: list[int]) -> None:
+        """Open each training client's ``generator(seed, "explore")`` stream, two uniforms per draw."""
         self._draws = _streams(n, rows, seeds, "explore", 2)
 
     def actions(
         self, stepping: np.ndarray, obs: torch.Tensor, num_timesteps: np.ndarray, offset: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Every stepping client's epsilon-greedy action, from its next two uniforms.
+
+        A client acts at random (the second uniform picks the action) before ``learning_starts`` or
+        when the first uniform falls below its epsilon; otherwise it takes the greedy action of its
+        Q-network (the batched forward runs only when some client acts greedily).
+
+        :return: the action indices for the envs (``[N]``) and as the replay stores them (``[N, 1]``)
+        """
         uniform = self._draws.take(stepping)
         actions = np.minimum((uniform[:, 1] * self.n_actions).astype(np.int64), self.n_actions - 1)
         explore_now = (num_timesteps < self.learning_starts) | (uniform[:, 0] < self.epsilon(num_timesteps, offset))
@@ -177,8 +192,9 @@ class EpsilonGreedy(Exploration):
 
 
 class ActionNoise(Exploration):
-    """SB3 DDPG's exploration (``_sample_action`` with ``NormalActionNoise(0, std)``): before
-    ``learning_starts`` a uniform sample of the (bounded) action space from
+    """SB3 DDPG's exploration (``_sample_action`` with ``NormalActionNoise(0, std)``).
+
+    Before ``learning_starts`` a uniform sample of the (bounded) action space from
     ``generator(seed, "explore")``, afterwards ``unscale_action(actor(obs))``; then, at every step,
     the action scaled to ``[-1, 1]`` plus ``std`` times standard normals from
     ``generator(seed, "noise")``, clipped to ``[-1, 1]`` (stored so in the replay) and unscaled for
@@ -213,12 +229,27 @@ class ActionNoise(Exploration):
         return cls(learner, int(agent.learning_starts), agent.action_space, std)  # type: ignore[arg-type]
 
     def start(self, n: int, rows: np.ndarray, seeds: list[int]) -> None:
+        """Open each training client's two streams, ``action_dim`` numbers per draw.
+
+        Uniforms from ``generator(seed, "explore")`` (the warm-up samples) and standard normals from
+        ``generator(seed, "noise")`` (the exploration noise).
+        """
         self._uniforms = _streams(n, rows, seeds, "explore", self.action_dim)
         self._normals = _streams(n, rows, seeds, "noise", self.action_dim, normal=True)
 
     def actions(
         self, stepping: np.ndarray, obs: torch.Tensor, num_timesteps: np.ndarray, offset: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Every stepping client's action: a warm-up sample or its actor's action, plus clipped noise.
+
+        A stepping client samples the action space uniformly before ``learning_starts``, else takes
+        its actor's action unscaled to the space's bounds; with a ``std``, every stepping client then
+        draws noise, which :func:`~morlfed.tasks.rl.vectorised.ddpg.explore_actions` adds in
+        ``[-1, 1]`` before clipping.
+
+        :return: the actions for the envs (``[N, act_dim]``) and, scaled to ``[-1, 1]``, as the replay
+            stores them
+        """
         warm = num_timesteps < self.learning_starts
         # Box.sample: low + u (high - low), cast to the space's float32
         sample = (self.low + self._uniforms.take(stepping & warm) * (self.high - self.low)).astype(np.float32)

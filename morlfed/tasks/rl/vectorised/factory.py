@@ -1,6 +1,8 @@
-"""The vectorised engine's picklable factory (``engine=vectorised``): executors build one
-:class:`~morlfed.tasks.rl.vectorised.host.VectorisedHost` per worker with :meth:`make_host`; a
-single client on its own is :class:`VectorisedClient`."""
+"""The vectorised engine's picklable factory (``engine=vectorised``).
+
+Executors build one :class:`~morlfed.tasks.rl.vectorised.host.VectorisedHost` per worker with
+:meth:`VectorisedClientFactory.make_host`; a single client on its own is :class:`VectorisedClient`.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from morlfed.tasks.rl.vectorised.keywords import check_agent_kwargs
 
 
 class VectorisedClient:
-    """One client of the vectorised engine behind the :class:`~morlfed.protocol.Client` protocol
-    (with ``get_state`` / ``set_state``), for code that builds clients one by one.
+    """One client of the vectorised engine behind the :class:`~morlfed.protocol.Client` protocol.
+
+    It also has ``get_state`` / ``set_state``; it serves code that builds clients one by one.
 
     :param engine: an engine owning exactly this client
     """
@@ -68,9 +71,10 @@ class VectorisedClient:
 
 @dataclass
 class VectorisedClientFactory(RLFactory):
-    """Builds the vectorised engine's hosts (and single clients) from the fields of
-    :class:`~morlfed.tasks.rl.factory.RLFactory`, as the SB3 engine's factory; picklable, so worker
-    processes build their own. ``torch_threads`` are per worker here.
+    """Builds the vectorised engine's hosts (and single clients) from the fields of the shared RL factory.
+
+    The fields are those of :class:`~morlfed.tasks.rl.factory.RLFactory`, as for the SB3 engine's
+    factory; picklable, so worker processes build their own. ``torch_threads`` are per worker here.
 
     :param precision: the gradient step's arithmetic, ``fp32`` or ``bf16`` (after the shared fields)
     """
@@ -79,8 +83,9 @@ class VectorisedClientFactory(RLFactory):
 
     @classmethod
     def check_spec(cls, spec: EnvSpec) -> None:
-        """Refuse the SB3 arguments this engine does not implement
-        (:func:`~morlfed.tasks.rl.vectorised.keywords.check_agent_kwargs`).
+        """Refuse the SB3 arguments this engine does not implement.
+
+        The check is :func:`~morlfed.tasks.rl.vectorised.keywords.check_agent_kwargs`.
 
         :param spec: the environment spec a run asks for
         """

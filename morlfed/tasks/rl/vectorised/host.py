@@ -1,5 +1,6 @@
-"""The vectorised engine's host: the clients of one worker held in one
-:class:`~morlfed.tasks.rl.vectorised.engine.VectorisedClients`, fitted as one batch.
+"""The vectorised engine's host: the clients of one worker, fitted as one batch.
+
+The clients are held in one :class:`~morlfed.tasks.rl.vectorised.engine.VectorisedClients`.
 
 The executors build it through
 :meth:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory.make_host` (see
@@ -47,8 +48,9 @@ class VectorisedHost(ClientHost):
     def fit_many(
         self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
     ) -> Iterator[tuple[int, FitOutcome]]:
-        """Fit every task as one batch (see the class docstring); yields ``(cid, outcome)`` in
-        the tasks' order once the batch is done.
+        """Fit every task as one batch (see the class docstring).
+
+        Yields ``(cid, outcome)`` in the tasks' order once the batch is done.
 
         :param tasks: ``(cid, task)`` pairs of this host's clients, one per client
         :param on_steps: called with the env steps the batch took, in about

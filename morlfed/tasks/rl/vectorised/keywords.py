@@ -52,8 +52,10 @@ HONOURED: dict[str, dict[str, str]] = {
 
 
 def unhonoured(spec: EnvSpec) -> list[str]:
-    """The keywords of ``spec.agent_kwargs`` the vectorised engine does not implement, as dotted
-    paths (``replay_buffer_kwargs``, ``policy_kwargs.features_extractor_class``), in their order.
+    """The keywords of ``spec.agent_kwargs`` the vectorised engine does not implement, in their order.
+
+    They are named by dotted paths (``replay_buffer_kwargs``,
+    ``policy_kwargs.features_extractor_class``).
 
     :param spec: an env spec whose agent is ``dqn`` or ``ddpg``
     """
@@ -76,8 +78,9 @@ def unhonoured(spec: EnvSpec) -> list[str]:
 
 
 def check_agent_kwargs(spec: EnvSpec) -> None:
-    """Raise ``ValueError`` naming every keyword of ``spec.agent_kwargs`` the vectorised engine
-    does not implement, and those it does.
+    """Raise ``ValueError`` naming the ``spec.agent_kwargs`` keywords the vectorised engine does not implement.
+
+    The message also names the keywords it does implement.
 
     :param spec: the environment spec (its ``agent`` is ``dqn`` or ``ddpg``)
     """

@@ -1,5 +1,7 @@
-"""What the vectorised engine needs from an algorithm: N clients' networks stacked along a first
-client dimension, one batched forward for action selection and one batched gradient step.
+"""What the vectorised engine needs from an algorithm: N clients' networks stacked and updated as one.
+
+The networks are stacked along a first client dimension, with one batched forward for action
+selection and one batched gradient step.
 
 A learner keeps, for every network of the SB3 agent it mirrors (DQN: ``q_net`` and
 ``q_net_target``; DDPG: ``actor``, ``actor_target``, ``critic``, ``critic_target``), a dict of
@@ -24,10 +26,12 @@ from morlfed.params import ParamLayout
 
 @dataclass
 class Batch:
-    """A minibatch per client, every tensor ``[N, B, ...]`` (SB3's ``ReplayBufferSamples``
-    stacked over clients): ``dones`` is 1 only for true terminations (SB3's
-    ``handle_timeout_termination``), actions are stored as SB3 stores them (DQN: indices
-    ``[N, B, 1]``; DDPG: actions scaled to [-1, 1])."""
+    """A minibatch per client, every tensor ``[N, B, ...]``.
+
+    It is SB3's ``ReplayBufferSamples`` stacked over clients. ``dones`` is 1 only for true
+    terminations (SB3's ``handle_timeout_termination``); actions are stored as SB3 stores them (DQN:
+    indices ``[N, B, 1]``; DDPG: actions scaled to [-1, 1]).
+    """
 
     observations: torch.Tensor
     actions: torch.Tensor
@@ -57,34 +61,41 @@ class StackedLearner(ABC):
 
     @abstractmethod
     def load(self, i: int, flat: torch.Tensor) -> None:
-        """Load a ``[d]`` vector into client ``i``'s online network(s) and copy it into the target
-        network(s), as the SB3 client does when it receives a model."""
+        """Load a ``[d]`` vector into client ``i``'s online network(s) and copy it into the target network(s).
+
+        The SB3 client does the same when it receives a model.
+        """
 
     @abstractmethod
     def act(self, observations: torch.Tensor) -> torch.Tensor:
-        """Every client's deterministic action for its observation (``[N, obs_dim]``), one
-        batched forward (DQN: argmax of Q; DDPG: the actor's action, scaled to [-1, 1])."""
+        """Every client's deterministic action for its observation (``[N, obs_dim]``), one batched forward.
+
+        DQN: argmax of Q; DDPG: the actor's action, scaled to [-1, 1].
+        """
 
     @abstractmethod
     def gradient_step(
         self, batch: Batch, mask: torch.Tensor, prox_mu: torch.Tensor, prox_centre: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """One SB3 gradient step (``train(gradient_steps=1)``) for the clients where ``mask`` is
-        true; the others are left exactly as they are. ``prox_mu`` (``[N]``) and ``prox_centre``
+        """One SB3 gradient step (``train(gradient_steps=1)``) for the clients where ``mask`` is true.
+
+        The others are left exactly as they are. ``prox_mu`` (``[N]``) and ``prox_centre``
         (``[N, d]``) add FedProx's ``mu * (theta - centre)`` to the online gradients (0: none).
-        Returns per-client training scalars (e.g. ``loss``, ``[N]``)."""
+        Returns per-client training scalars (e.g. ``loss``, ``[N]``).
+        """
 
     @abstractmethod
     def optimiser_state(self, i: int) -> dict[str, Any]:
-        """Client ``i``'s optimiser state(s) (an independent copy), for optimiser slots and
-        checkpoints."""
+        """Client ``i``'s optimiser state(s) (an independent copy), for optimiser slots and checkpoints."""
 
     @abstractmethod
     def load_optimiser_state(self, i: int, state: Mapping[str, Any] | None) -> None:
         """Restore client ``i``'s optimiser state(s); ``None``: a fresh optimiser."""
 
     def after_env_step(self, n_calls: torch.Tensor, mask: torch.Tensor) -> None:
-        """Called after every lockstep env step of a learner that :attr:`counts_calls`, with each
-        client's SB3 ``_n_calls`` counter (``[N]``, already incremented) for the clients that
-        stepped (``mask``): DQN's hard target update every ``target_update_interval`` calls lives
-        here. Default: nothing."""
+        """Called after every lockstep env step of a learner that :attr:`counts_calls`.
+
+        It gets each client's SB3 ``_n_calls`` counter (``[N]``, already incremented) and the
+        clients that stepped (``mask``): DQN's hard target update every ``target_update_interval``
+        calls lives here. Default: nothing.
+        """

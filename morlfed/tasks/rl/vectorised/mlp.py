@@ -1,5 +1,6 @@
-"""An SB3 MLP (``nn.Sequential`` of ``Linear`` layers and ReLU / Tanh activations) evaluated for N
-clients at once, with its backward pass written out.
+"""An SB3 MLP evaluated for N clients at once, with its backward pass written out.
+
+The MLP is an ``nn.Sequential`` of ``Linear`` layers and ReLU / Tanh activations.
 
 Every client's parameters are one row of an ``[N, d]`` tensor in a
 :class:`~morlfed.params.ParamLayout`'s order; a linear layer is one batched matrix product over
@@ -52,8 +53,9 @@ def _padded(width: int, dtype: torch.dtype = torch.float32) -> int:
 def aligned_rows(
     n: int, width: int, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """A zero ``[n, width]`` tensor whose rows start on 64-byte boundaries (a view of ``[n, width]``
-    rounded up to 64 bytes: 16 float32 columns).
+    """A zero ``[n, width]`` tensor whose rows start on 64-byte boundaries.
+
+    It is a view of ``[n, width]`` rounded up to 64 bytes (16 float32 columns).
 
     :param n: number of rows (clients)
     :param width: row length
@@ -64,8 +66,7 @@ def aligned_rows(
 
 
 def select_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-    """Rows ``index`` of an :func:`aligned_rows` tensor, copied into a new one (``None``: ``rows``
-    itself).
+    """Rows ``index`` of an :func:`aligned_rows` tensor, copied into a new one (``None``: ``rows`` itself).
 
     :param rows: from :func:`aligned_rows`
     :param index: the rows to take (on ``rows``' device)
@@ -129,8 +130,10 @@ class Workspace:
 def batched_matmul(
     a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, out: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Every client's ``a @ b`` (``[N, n, m] @ [N, m, p]``) plus ``bias`` (``[N, p]``), computed so
-    that a client's result does not depend on its batch on the CPU (see the module docstring).
+    """Every client's ``a @ b`` (``[N, n, m] @ [N, m, p]``) plus ``bias`` (``[N, p]``).
+
+    It is computed so that a client's result does not depend on its batch on the CPU (see the
+    module docstring).
 
     :param a: left operands
     :param b: right operands
@@ -154,8 +157,7 @@ def batched_matmul(
 
 
 def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key: tuple[str, int]) -> torch.Tensor:
-    """``x`` (``[N, B, width]``) in ``dtype``, written into ``workspace``'s buffer for ``key`` when
-    there is one."""
+    """``x`` (``[N, B, width]``) in ``dtype``, in ``workspace``'s buffer for ``key`` when there is one."""
     if workspace is None:
         return x.to(dtype)
     return workspace.take(key, x, x.shape[1], x.shape[2], dtype).copy_(x)
@@ -163,8 +165,11 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key:
 
 @dataclass(frozen=True)
 class _Linear:
-    """A linear layer's parameters in the layout: ``weight`` and (or ``None``) ``bias`` names;
-    ``single``: the layer has one output (a critic's Q-value)."""
+    """A linear layer's parameters in the layout.
+
+    ``weight`` and ``bias`` are their names (``bias`` may be ``None``); ``single``: the layer has one
+    output (a critic's Q-value).
+    """
 
     weight: str
     bias: str | None
@@ -172,8 +177,9 @@ class _Linear:
 
 
 class StackedMLP:
-    """The forward and backward pass of one SB3 MLP over N clients' stacked parameters (client
-    ``i``'s results do not depend on the other clients, bit for bit: see the module docstring).
+    """The forward and backward pass of one SB3 MLP over N clients' stacked parameters.
+
+    Client ``i``'s results do not depend on the other clients, bit for bit: see the module docstring.
 
     :param module: the SB3 ``nn.Sequential`` (e.g. ``QNetwork.q_net``)
     :param prefix: the module's parameter names' prefix in ``layout`` (e.g. ``"q_net.q_net."``)
@@ -201,8 +207,9 @@ class StackedMLP:
         return (last.weight,) if last.bias is None else (last.weight, last.bias)
 
     def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``[N, d]`` rows as stacked parameters ``{layout name: [N, *shape]}`` (views that follow
-        in-place updates of ``flat``).
+        """``[N, d]`` rows as stacked parameters ``{layout name: [N, *shape]}``.
+
+        They are views that follow in-place updates of ``flat``.
 
         :param flat: one ``[d]`` vector per client (:func:`aligned_rows` on the CPU, so that the
             results do not depend on the batch)
@@ -252,8 +259,9 @@ class StackedMLP:
         return x, saved
 
     def forward_numpy(self, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-        """:meth:`forward` in numpy, for CPU parameters and tiny batches (a greedy action per
-        client), where numpy's per-call cost is a fraction of torch's.
+        """:meth:`forward` in numpy, for CPU parameters and tiny batches (a greedy action per client).
+
+        There numpy's per-call cost is a fraction of torch's.
 
         :param params: numpy views of :meth:`views` of a CPU tensor
         :param x: the inputs, ``[N, B, in]`` float32
@@ -278,9 +286,10 @@ class StackedMLP:
         out: dict[str, torch.Tensor],
         workspace: Workspace | None = None,
     ) -> None:
-        """Back-propagate ``grad`` (d loss / d output, ``[N, B, out]``) through the forward pass that
-        saved ``saved``, writing every parameter's gradient into ``out`` (from :meth:`views` of a
-        gradient buffer; every entry is overwritten).
+        """Back-propagate ``grad`` (d loss / d output, ``[N, B, out]``) through a saved forward pass.
+
+        The forward pass is the one that saved ``saved``. Every parameter's gradient is written into
+        ``out`` (from :meth:`views` of a gradient buffer; every entry is overwritten).
 
         :param params: the parameters of the forward pass
         :param saved: from :meth:`forward` with ``keep=True``
@@ -297,8 +306,9 @@ class StackedMLP:
         grad: torch.Tensor,
         workspace: Workspace | None = None,
     ) -> torch.Tensor:
-        """d loss / d input (``[N, B, in]``) of the forward pass that saved ``saved``, given ``grad``
-        (d loss / d output), without the parameters' gradients.
+        """D loss / d input (``[N, B, in]``) of the forward pass that saved ``saved``, given ``grad``.
+
+        ``grad`` is d loss / d output; the parameters' gradients are not computed.
 
         :param params: the parameters of the forward pass
         :param saved: from :meth:`forward` with ``keep=True``
@@ -317,8 +327,11 @@ class StackedMLP:
         out: dict[str, torch.Tensor] | None,
         workspace: Workspace | None,
     ) -> torch.Tensor:
-        """Back-propagation: parameter gradients into ``out`` (``None``: none, and the input's
-        gradient is returned), else the gradient at the first layer's output."""
+        """Back-propagation: parameter gradients into ``out``, or the input's gradient for ``out=None``.
+
+        With ``out``, the gradient at the first layer's output is returned; with ``None``, no parameter
+        gradient is written and the input's gradient is returned.
+        """
         own = False  # whether grad is a tensor this pass made (activations then work in place)
         for index in range(len(self.layers) - 1, -1, -1):
             layer, x, y = self.layers[index], saved[index], saved[index + 1]

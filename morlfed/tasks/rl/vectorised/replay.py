@@ -1,5 +1,4 @@
-"""Per-client replay buffers as one tensor ``[N, capacity, width]``, with SB3 ``ReplayBuffer``
-semantics.
+"""Per-client replay buffers as one tensor ``[N, capacity, width]``, with SB3 ``ReplayBuffer`` semantics.
 
 A row holds one transition packed as ``observation | next observation | action | reward |
 done`` (float32; discrete actions are small integers, exact in float32). Each client's buffer is
@@ -21,8 +20,9 @@ from morlfed.tasks.rl.vectorised.learner import Batch
 
 
 class Transitions:
-    """One transition per client as replay rows (``rows``, ``[N, width]`` float32), with a view of
-    every field to fill in place.
+    """One transition per client as replay rows (``rows``, ``[N, width]`` float32).
+
+    Every field has a view to fill in place.
 
     :param n: number of clients
     :param obs_dim: flattened observation size
@@ -93,9 +93,11 @@ class StackedReplay:
         return self.capacity if self.full[i] else int(self.pos[i])
 
     def sample(self, uniforms: np.ndarray) -> Batch:
-        """One minibatch per client: ``uniforms`` (``[N, B]`` in ``[0, 1)``, from each client's own
-        stream) pick rows ``floor(u * size)`` of the client's filled rows, i.e. uniform indices in
-        ``[0, pos)`` (``[0, capacity)`` once full). Rows of an empty buffer are placeholders.
+        """One minibatch per client, its rows picked by ``uniforms``.
+
+        ``uniforms`` (``[N, B]`` in ``[0, 1)``, from each client's own stream) pick rows
+        ``floor(u * size)`` of the client's filled rows, i.e. uniform indices in ``[0, pos)``
+        (``[0, capacity)`` once full). Rows of an empty buffer are placeholders.
 
         :param uniforms: each client's uniform draws, one per transition of its minibatch
         """

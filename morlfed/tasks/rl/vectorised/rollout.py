@@ -36,10 +36,12 @@ from morlfed.tasks.rl.vectorised.replay import StackedReplay
 
 @contextlib.contextmanager
 def flushed_denormals() -> Iterator[None]:
-    """Run the block with denormal floats flushed to zero on this thread (x86 FTZ/DAZ, where
-    supported), then restore the previous mode. Adam's moments of parameters whose gradient is
+    """Run the block with denormal floats flushed to zero on this thread, then restore the previous mode.
+
+    Flushing uses x86 FTZ/DAZ, where supported. Adam's moments of parameters whose gradient is
     exactly zero (dead units) decay into denormals, which make every CPU operation on them many
-    times slower; flushing changes results by less than 1e-38."""
+    times slower; flushing changes results by less than 1e-38.
+    """
     if float(torch.tensor(1e-39) * 2.0) == 0.0:  # already flushing
         yield
         return
@@ -85,8 +87,7 @@ class LoopSettings:
 
 @dataclass
 class Counters:
-    """Per-client SB3 counters, ``[N]`` each: ``num_timesteps``, ``_n_calls`` and the budget
-    clock's ``offset``.
+    """Per-client SB3 counters, ``[N]`` each: ``num_timesteps``, ``_n_calls``, the budget clock's ``offset``.
 
     :param num_timesteps: env steps taken by the client's agent
     :param n_calls: ``_on_step`` calls counted by the algorithm (DQN's target-update clock;
@@ -140,8 +141,11 @@ class Lockstep:
         self.on_steps: Callable[[int], None] | None = None
 
     def take_losses(self, i: int) -> dict[str, float]:
-        """Client ``i``'s mean of each training loss over its gradient steps since the last call
-        (none: no key, as SB3 records no loss without a training phase), then forget them."""
+        """Client ``i``'s mean of each training loss since the last call, then forget the losses.
+
+        Each mean is over the client's gradient steps since the last call; with none there is no key,
+        as SB3 records no loss without a training phase.
+        """
         count = int(self._loss_counts[i])
         means = {key: float(sums[i]) / count for key, sums in self._loss_sums.items()} if count else {}
         self._loss_counts[i] = 0
@@ -152,8 +156,9 @@ class Lockstep:
     def run(
         self, rows: np.ndarray, seeds: list[int], steps: np.ndarray, prox_mu: torch.Tensor, centre: torch.Tensor
     ) -> None:
-        """One training per client in ``rows``: a fresh episode (reset with its seed), then SB3's
-        ``learn(steps)`` (at least ``steps`` env steps: whole rollouts).
+        """One training per client in ``rows``: a fresh episode (reset with its seed), then ``learn(steps)``.
+
+        SB3's ``learn(steps)`` takes at least ``steps`` env steps: whole rollouts.
 
         :param rows: the training clients' indices
         :param seeds: each training's seed (env reset; exploration and replay streams)
@@ -215,8 +220,10 @@ class Lockstep:
     def _gradient_steps(
         self, owed: np.ndarray, minibatches: Streams, prox_mu: torch.Tensor, centre: torch.Tensor
     ) -> None:
-        """``owed[i]`` gradient steps for client ``i``, as batched steps over the clients that
-        still have one to do (denormals flushed, :func:`flushed_denormals`)."""
+        """``owed[i]`` gradient steps for client ``i``, batched over the clients that still have one to do.
+
+        Denormals are flushed meanwhile (:func:`flushed_denormals`).
+        """
         with flushed_denormals():
             for step in range(int(owed.max(initial=0))):
                 mask = owed > step

@@ -37,10 +37,11 @@ def isolated_global_rngs() -> Iterator[None]:
 
 
 def template_agent(spec: EnvSpec, env: Any, seed: int) -> OffPolicyAlgorithm:
-    """The SB3 agent (DQN or DDPG, after ``spec.agent``) the SB3 client would build, on the CPU and
-    without DDPG's action noise (which does not touch the networks). SB3 seeds the process-wide
-    RNGs while it builds the agent; their states are restored afterwards, so building a template
-    draws nothing from them.
+    """The SB3 agent (DQN or DDPG, after ``spec.agent``) the SB3 client would build.
+
+    It is built on the CPU and without DDPG's action noise (which does not touch the networks). SB3
+    seeds the process-wide RNGs while it builds the agent; their states are restored afterwards, so
+    building a template draws nothing from them.
 
     :param spec: the environment spec
     :param env: an env with the spec's spaces (only its spaces are read)
