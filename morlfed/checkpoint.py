@@ -11,7 +11,7 @@ A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
 
 It is assembled in a hidden temporary directory and renamed into place, so a reader (or a resume
 after a crash, even SIGKILL in the middle of writing) only ever sees complete checkpoints; older
-ones are deleted afterwards, keeping the latest. The federation writes one after every round but
+ones are deleted afterwards, except those that ``checkpoint_every`` (or ``also``) keeps. The federation writes one after every round but
 the last, so that a stop (Ctrl-C, SIGTERM, a crash, even SIGKILL) loses at most the round in
 progress; those that ``checkpoint_every`` (or ``also``) did not ask for are removed when the run
 completes (:meth:`Checkpointer.finish`). Client RNGs need no saving: a client reseeds every
@@ -68,12 +68,15 @@ class Checkpointer:
         return (self.every > 0 and round % self.every == 0) or round in self.also
 
     def save(self, round: int, server_state: dict[str, Any], executor: Executor) -> Path:
-        """Write the checkpoint after ``round`` atomically and make it the executor's restore
-        point; return its directory.
+        """Write the checkpoint after ``round`` atomically and make it the executor's restore point.
+
+        Every earlier checkpoint that is not one to keep (:meth:`due`), and any leftover temporary
+        directory, is deleted afterwards.
 
         :param round: the round just completed
         :param server_state: what ``server.pt`` holds (see the module docstring)
         :param executor: the executor whose clients are saved
+        :return: the checkpoint's directory
         """
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".tmp-round_{round}-{os.getpid()}"
@@ -93,21 +96,28 @@ class Checkpointer:
             raise
         executor.restore_dir = final / "clients"
         for other in self.root.iterdir():
-            if other != final and (other.name.startswith(".tmp-") or _ROUND_DIR.match(other.name)):
+            match = _ROUND_DIR.match(other.name)
+            # the checkpoints of the rounds to keep (due) stay; any other was there only for a stop
+            if other != final and (other.name.startswith(".tmp-") or (match and not self.due(int(match.group(1))))):
                 shutil.rmtree(other, ignore_errors=True)
         return final
 
     def finish(self) -> None:
-        """The run completed: remove its latest checkpoint unless it is one to keep (:meth:`due`);
-        it was there only for a stop (and the checkpoints folder, if that leaves it empty)."""
+        """The run completed: remove its latest checkpoint unless it is one to keep (:meth:`due`).
+
+        It was there only for a stop; the checkpoints folder goes too if that leaves it empty.
+        """
         latest = self.latest()
         if latest is not None and not self.due(checkpoint_round(latest)):
             shutil.rmtree(latest)
             if not any(self.root.iterdir()):
                 self.root.rmdir()
 
-    def latest(self) -> Path | None:
-        """The latest complete checkpoint, or ``None``."""
+    def latest(self, before: int | None = None) -> Path | None:
+        """The latest complete checkpoint, or ``None``.
+
+        :param before: only a checkpoint after a round earlier than this one counts (``None``: any)
+        """
         if not self.root.is_dir():
             return None
         found = [
@@ -115,6 +125,7 @@ class Checkpointer:
             for p in self.root.iterdir()
             if (m := _ROUND_DIR.match(p.name)) and (p / "server.pt").is_file()
         ]
+        found = [(r, p) for r, p in found if before is None or r < before]
         return max(found)[1] if found else None
 
 

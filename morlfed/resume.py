@@ -35,9 +35,12 @@ def _quote(value: str) -> str:
 
 
 def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) -> tuple[Path, list[str]] | None:
-    """For a command line with ``KEY=RUN_DIR``: ``RUN_DIR`` (absolute) and the run's saved hydra
-    overrides (``RUN_DIR/.hydra/overrides.yaml``) followed by the command line's other overrides,
-    which may only set keys of ``may_change`` (or ``hydra.*``); ``None`` without ``KEY=``."""
+    """For a ``KEY=RUN_DIR`` command line: ``RUN_DIR`` and the run's own command line; ``None`` without it.
+
+    ``RUN_DIR`` is made absolute. The run's own command line is its saved hydra overrides
+    (``RUN_DIR/.hydra/overrides.yaml``) followed by the command line's other overrides, which may
+    only set keys of ``may_change`` (or ``hydra.*``) and replace the saved overrides of those keys.
+    """
     from omegaconf import OmegaConf
 
     given = [a for a in argv if _override_key(a) == key]
@@ -66,8 +69,10 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
 
 
 def resume_command(run_path: Path) -> str:
-    """The shell command that continues the run in ``run_path``, with the Python interpreter
-    running now (the one whose packages the run needs, a virtual environment's when it runs one).
+    """The shell command that continues the run in ``run_path``, with the Python interpreter running now.
+
+    That interpreter is the one whose packages the run needs, a virtual environment's when it runs
+    one.
 
     :param run_path: the run directory
     """
@@ -75,8 +80,10 @@ def resume_command(run_path: Path) -> str:
 
 
 def resume_argv(argv: list[str]) -> list[str]:
-    """Rewrite a ``resume=RUN_DIR`` or ``branch_from=RUN_DIR`` command line into the run's own:
-    its saved hydra overrides (``RUN_DIR/.hydra/overrides.yaml``) and the given overrides.
+    """Rewrite a ``resume=RUN_DIR`` or ``branch_from=RUN_DIR`` command line into the run's own.
+
+    The run's own is its saved hydra overrides (``RUN_DIR/.hydra/overrides.yaml``) and the given
+    overrides.
 
     ``resume=`` may change only :data:`RESUME_MAY_CHANGE` and writes into ``RUN_DIR`` itself;
     ``branch_from=`` may also change :data:`BRANCH_MAY_CHANGE` and writes a new run directory.
@@ -104,8 +111,9 @@ def resume_argv(argv: list[str]) -> list[str]:
 
 
 def branch_point(source: Path, config_yaml: str) -> Path:
-    """The checkpoint a ``branch_from=RUN_DIR`` run starts from: ``RUN_DIR``'s latest, after
-    checking that ``config_yaml`` (the new run's resolved config) equals ``RUN_DIR/config.yaml``
+    """The checkpoint a ``branch_from=RUN_DIR`` run starts from: ``RUN_DIR``'s latest before its last round.
+
+    First checks that ``config_yaml`` (the new run's resolved config) equals ``RUN_DIR/config.yaml``
     outside :data:`RESUME_MAY_CHANGE` and :data:`BRANCH_MAY_CHANGE`, and that the checkpoint
     precedes the last round (the only one that "+FT" changes).
 
@@ -115,15 +123,16 @@ def branch_point(source: Path, config_yaml: str) -> Path:
     """
     source = Path(source)
     now = _check_same_config(source, config_yaml, "branch_from", _BRANCH_IGNORES)
-    latest = Checkpointer(source).latest()
     rounds = int(now["rounds"])
-    if latest is None or checkpoint_round(latest) >= rounds:
-        found = "none" if latest is None else f"the latest is after round {checkpoint_round(latest)}"
+    start = Checkpointer(source).latest(before=rounds)
+    if start is None:
+        latest = Checkpointer(source).latest()
+        found = "none" if latest is None else f"the only one is after round {checkpoint_round(latest)}"
         raise ValueError(
             f"branch_from={source}: needs a checkpoint from before the last round {rounds} ({found}); "
             f"run it with checkpoint_every={rounds - 1}"
         )
-    return latest
+    return start
 
 
 #: Top-level config keys a branch and its source may differ in.
@@ -131,11 +140,13 @@ _BRANCH_IGNORES = {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resum
 
 
 def sibling_source(run_path: Path, config_yaml: str) -> Path | None:
-    """For ``branch_siblings=true``: a finished run beside ``run_path`` (in the same sweep folder)
-    that :func:`branch_point` accepts as the source of a run with config ``config_yaml`` (the same
-    config outside the keys a branch may change, a checkpoint before the last round), the one with
-    the latest such checkpoint (then by name); a "+FT" run started from it gets exactly its
-    from-scratch numbers. ``None`` if there is none (the run then trains from scratch).
+    """For ``branch_siblings=true``: a finished run beside ``run_path`` to branch from, or ``None``.
+
+    The run is one in the same sweep folder that :func:`branch_point` accepts as the source of a run
+    with config ``config_yaml`` (the same config outside the keys a branch may change, a checkpoint
+    before the last round), the one with the latest such checkpoint (then by name); a "+FT" run
+    started from it gets exactly its from-scratch numbers. ``None`` if there is none (the run then
+    trains from scratch).
 
     :param run_path: the new run's directory
     :param config_yaml: the new run's resolved config as YAML
@@ -154,8 +165,11 @@ def sibling_source(run_path: Path, config_yaml: str) -> Path | None:
 
 
 def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[str]) -> dict[str, Any]:
-    """The config composed now (``config_yaml``) as a dict, after checking that it equals the
-    saved ``run_path/config.yaml`` outside the top-level keys ``ignore``."""
+    """The config composed now (``config_yaml``) as a dict, checked against the run's saved one.
+
+    It must equal the saved ``run_path/config.yaml`` outside the top-level keys ``ignore``, else
+    ``ValueError`` names the keys that differ (or says the saved config is missing).
+    """
     from omegaconf import OmegaConf
 
     saved_file = run_path / "config.yaml"
@@ -176,10 +190,12 @@ def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[s
 
 
 def resume_point(run_path: Path, config_yaml: str) -> Path | None:
-    """The checkpoint a ``resume=RUN_DIR`` run continues from, after checking that the run is
-    unfinished and that ``config_yaml`` (the resumed run's resolved config) matches the saved
-    ``RUN_DIR/config.yaml`` outside :data:`RESUME_MAY_CHANGE`; ``None`` for a run stopped before it
-    completed a round (it starts again from the beginning, in place).
+    """The checkpoint a ``resume=RUN_DIR`` run continues from, or ``None`` for a run that completed no round.
+
+    First checks that the run is unfinished and that ``config_yaml`` (the resumed run's resolved
+    config) matches the saved ``RUN_DIR/config.yaml`` outside :data:`RESUME_MAY_CHANGE`. ``None``
+    is for a run stopped before it completed a round (it starts again from the beginning, in
+    place).
 
     :param run_path: the run directory to resume
     :param config_yaml: the resumed run's resolved config as YAML

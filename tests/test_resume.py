@@ -1,11 +1,14 @@
-"""Checkpoint and resume: a run stopped by Ctrl-C in round 2 of 4 (at once, keeping round 1's
-checkpoint) and resumed gives exactly the uninterrupted run; a CLI run killed with SIGKILL resumes from its last complete checkpoint and
-completes with the uninterrupted run's results; client states round-trip exactly. A branch
-(``branch_from=RUN_DIR finetune=true``) from a run's checkpoint before its last round gives
+"""Checkpoint and resume: stopped, killed and branched runs give exactly the uninterrupted runs' results.
+
+A run stopped by Ctrl-C in round 2 of 4 (at once, keeping round 1's checkpoint) and resumed gives
+exactly the uninterrupted run; a CLI run killed with SIGKILL resumes from its last complete
+checkpoint and completes with the uninterrupted run's results; client states round-trip exactly. A
+branch (``branch_from=RUN_DIR finetune=true``) from a run's checkpoint before its last round gives
 exactly the "+FT" run trained from scratch.
 
 The uninterrupted run is made once through the Federation API with the CLI's defaults (fedpref,
-equidistant preferences), so the CLI test also checks that the CLI runs exactly the API."""
+equidistant preferences), so the CLI test also checks that the CLI runs exactly the API.
+"""
 
 from __future__ import annotations
 
@@ -144,6 +147,31 @@ def test_latest_ignores_incomplete_checkpoints(tmp_path):
         Checkpointer(tmp_path, every=-1)
 
 
+class _NoClients:
+    """Stands in for an executor in :meth:`Checkpointer.save`: writes one client file."""
+
+    restore_dir: Path | None = None
+
+    def save_clients(self, directory: Path) -> None:
+        (directory / "client_0.pt").write_bytes(b"state")
+
+
+def test_checkpoint_every_keeps_every_kth_round_and_only_those(tmp_path):
+    ckpt = Checkpointer(tmp_path, every=3)
+    executor: Any = _NoClients()
+    for r in range(1, 8):  # rounds 1-7 of a longer run: the federation saves after each
+        assert ckpt.save(r, {"round": r}, executor) == tmp_path / "checkpoints" / f"round_{r}"
+        assert executor.restore_dir == tmp_path / "checkpoints" / f"round_{r}" / "clients"
+        kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+        # the rounds to keep, and the latest for a stop
+        assert kept == sorted({f"round_{k}" for k in (3, 6) if k <= r} | {f"round_{r}"})
+    assert ckpt.latest() == tmp_path / "checkpoints" / "round_7"
+    assert ckpt.latest(before=7) == tmp_path / "checkpoints" / "round_6"
+    ckpt.finish()
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["round_3", "round_6"]
+    assert load_server_state(tmp_path / "checkpoints" / "round_3")["round"] == 3
+
+
 def test_resume_command_line_reuses_the_saved_overrides(tmp_path):
     (tmp_path / ".hydra").mkdir()
     (tmp_path / ".hydra" / "overrides.yaml").write_text(
@@ -202,12 +230,13 @@ def test_branch_point_needs_the_same_config_and_a_checkpoint_before_the_last_rou
     branch = "algo: fedavg\nrounds: 3\nfinetune: true\nseed: 1\nbranch_from: x\n"
     with pytest.raises(ValueError, match=r"before the last round 3 \(none\); run it with checkpoint_every=2"):
         branch_point(tmp_path, branch)
-    for r in (2, 3):
+    for r in (3, 2, 1):
         (tmp_path / "checkpoints" / f"round_{r}").mkdir(parents=True)
         (tmp_path / "checkpoints" / f"round_{r}" / "server.pt").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"the latest is after round 3\); run it with checkpoint_every=2"):
-        branch_point(tmp_path, branch)
-    (tmp_path / "checkpoints" / "round_3" / "server.pt").unlink()
+        if r == 3:
+            with pytest.raises(ValueError, match=r"the only one is after round 3\); run it with checkpoint_every=2"):
+                branch_point(tmp_path, branch)
+    # a run with checkpoint_every=1 keeps them all: the branch starts from the one before the last round
     assert branch_point(tmp_path, branch) == tmp_path / "checkpoints" / "round_2"
     with pytest.raises(ValueError, match=r"differs from the saved config\.yaml in algo, seed"):
         branch_point(tmp_path, branch.replace("fedavg", "cfl").replace("seed: 1", "seed: 2"))
@@ -243,9 +272,12 @@ def test_sibling_source_is_a_finished_run_with_the_same_config_and_an_earlier_ch
 
 
 def test_branch_with_finetune_equals_the_finetune_run_from_scratch(tmp_path, morlfed_cli):
-    """FedAvg's last round aggregates (everyone deploys the mean) while FedAvg+FT keeps each
-    client's own model: a branch of the plain run at round 2 must give the +FT run's exact results,
-    here under the process executor, and leave its source untouched."""
+    """A branch of a FedAvg run at round 2 with finetune gives the FedAvg+FT run's exact results.
+
+    FedAvg's last round aggregates (everyone deploys the mean) while FedAvg+FT keeps each client's
+    own model: a branch of the plain run at round 2 must give the +FT run's exact results, here
+    under the process executor, and leave its source untouched.
+    """
     run = ["algo=fedavg", "n_clients=3", "rounds=3", "local_steps=300", "seed=5", "progress=false"]
     source, fresh, branch = tmp_path / "source", tmp_path / "fresh", tmp_path / "branch"
     for args, out in ((["checkpoint_every=2"], source), (["finetune=true"], fresh)):
