@@ -124,10 +124,11 @@ class Evaluation:
 
 
 def check_fit_task(task: FitTask, dim: int) -> None:
-    """Raise ``ValueError`` saying what is wrong when ``task`` does not fit a client whose
-    parameter vector has ``dim`` entries: params not ``[d]`` or ``[K, d]`` or not finite, no
-    local budget, conflicting or missing model options, a bad proximal term or personal lambda,
-    a non-boolean ``split_budget``."""
+    """Raise ``ValueError`` saying what is wrong when ``task`` does not fit a client with ``dim`` parameters.
+
+    The faults it finds: params not ``[d]`` or ``[K, d]`` or not finite, no local budget, conflicting or
+    missing model options, a bad proximal term or personal lambda, a non-boolean ``split_budget``.
+    """
     params = task.params
     if (
         not isinstance(params, torch.Tensor)
@@ -139,7 +140,8 @@ def check_fit_task(task: FitTask, dim: int) -> None:
         raise ValueError(f"task params must be a tensor of shape [{dim}] or [K, {dim}] with K >= 1, got {shape}")
     if not bool(torch.isfinite(params).all()):
         raise ValueError("task params contain NaN or Inf")
-    if task.local_steps is None or int(task.local_steps) < 1:
+    steps = task.local_steps
+    if steps is None or isinstance(steps, bool) or steps != int(steps) or int(steps) < 1:
         raise ValueError(f"local_steps must be an integer >= 1, got {task.local_steps}")
     options = {"train_model": task.train_model is not None, "train_best": task.train_best, "train_all": task.train_all}
     chosen = [name for name, on in options.items() if on]
@@ -197,5 +199,7 @@ class Client(Protocol):
         """Train locally as the task says and report the result."""
 
     def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """Evaluate a ``[d]`` model (``None``: the client's private personal model) with
-        evaluation randomness derived from ``seed``."""
+        """Evaluate a ``[d]`` model with evaluation randomness derived from ``seed``.
+
+        ``params`` ``None`` evaluates the client's private personal model.
+        """

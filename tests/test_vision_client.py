@@ -1,6 +1,8 @@
-"""The vision client honours the client protocol as the RL client does: every FitTask option,
-per-model losses measured before training, proximal and personal terms, seeded training that
-never touches the global RNG, and L-/S-/G-acc evaluation."""
+"""The vision client honours the client protocol as the RL client does.
+
+Every FitTask option, per-model losses measured before training, proximal and personal terms, seeded
+training that never touches the global RNG, and L-/S-/G-acc evaluation.
+"""
 
 from __future__ import annotations
 
@@ -167,6 +169,7 @@ def test_evaluation_reports_l_s_and_g_accuracy():
     [
         ({"params": torch.zeros(7)}, r"shape \[1210\] or \[K, 1210\]"),
         ({"local_steps": 0}, r"local_steps must be an integer >= 1"),
+        ({"local_steps": 2.5}, r"local_steps must be an integer >= 1, got 2.5"),
         ({"train_all": True}, r"train_all needs \[K, 1210\] params"),
         ({"params": torch.zeros(2, 1210)}, r"need one of train_model, train_best or train_all"),
         ({"params": torch.zeros(2, 1210), "train_model": 2}, r"train_model must be an integer in \[0, 2\)"),
