@@ -35,8 +35,10 @@ EXPECTED_JOBS = {
 
 
 def sweep_points(experiment: str) -> tuple[list[list[str]], int]:
-    """Every combination of the experiment's sweep parameters other than the seed, as override
-    lists, and the number of jobs of the whole sweep."""
+    """Every combination of the experiment's sweep parameters but the seed, and the sweep's number of jobs.
+
+    The combinations are override lists; the number of jobs is the whole sweep's.
+    """
     params = compose_config([f"+experiment={experiment}"]).hydra.sweeper.params
     parser = OverridesParser.create()
     axes, jobs = [], 1
@@ -67,6 +69,9 @@ def test_every_sweep_point_builds_a_valid_run(experiment):
 @pytest.mark.parametrize("variant", group_options("variant"))
 def test_variant_sets_strategy_switches_and_finetune(variant):
     cfg = compose_config([f"+variant={variant}"])
+    if variant == "ft":  # the "+FT" switch alone: the chosen strategy (the default, fedpref) with finetune
+        assert cfg.finetune is True and cfg.algo == compose_config([]).algo
+        return
     algo = variant.removesuffix("_ft").removesuffix("_clustering_only").removesuffix("_weighting_only")
     assert cfg.algo._target_.rsplit(".", 1)[1].lower() == algo
     assert cfg.finetune is variant.endswith("_ft")
@@ -76,10 +81,12 @@ def test_variant_sets_strategy_switches_and_finetune(variant):
 
 
 def test_command_line_narrows_an_experiments_sweep(tmp_path, morlfed_cli):
-    """``-m +experiment=ablation seed=0`` (tiny budget) runs the six ablation rows into
-    multirun/ablation/<env>/, each +FT row branched from its plain row's checkpoint before the last
-    round with exactly the numbers of the +FT row trained from scratch, and analysis.evaluate
-    keeps all six apart."""
+    """``-m +experiment=ablation seed=0`` (tiny budget) runs the six ablation rows, kept apart by evaluate.
+
+    The six rows go into multirun/ablation/<env>/, each +FT row branched from its plain row's
+    checkpoint before the last round with exactly the numbers of the +FT row trained from scratch,
+    and analysis.evaluate keeps all six apart.
+    """
     tiny = ["seed=0", "executor=sequential", "n_clients=3", "rounds=2", "local_steps=100"]
     done = morlfed_cli(["-m", "+experiment=ablation", *tiny], cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

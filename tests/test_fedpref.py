@@ -131,9 +131,11 @@ def test_split_fires_only_after_patience_rounds():
 
 
 def _planted_norms(strat: FedPref, norms: list[float]) -> list[int]:
-    """Aggregate one round per norm on 4 clients whose cluster-mean update has exactly that norm
-    (layer "a"), while clients 0-1 and 2-3 move apart along layer "b" (mean zero): the sides a
-    split must find. Returns the number of clusters after each round."""
+    """Aggregate one round per norm on 4 clients whose cluster-mean update has exactly that norm.
+
+    The norm is on layer "a", while clients 0-1 and 2-3 move apart along layer "b" (mean zero): the
+    sides a split must find. Returns the number of clusters after each round.
+    """
     counts = []
     for rnd, norm in enumerate(norms, start=1):
         shared = torch.tensor([norm, 0.0, 0.0, 0.0, 0.0])
@@ -156,7 +158,7 @@ def _planted_norms(strat: FedPref, norms: list[float]) -> list[int]:
 )
 def test_relative_eps_splits_on_the_largest_norm_seen_where_absolute_does_not(norms, relative_counts, absolute_counts):
     relative = FedPref(top_r=1.0, s_min=0.0, eps=0.6, patience=2, eps_mode="relative")
-    absolute = FedPref(top_r=1.0, s_min=0.0, eps=1.0, patience=2)
+    absolute = FedPref(top_r=1.0, s_min=0.0, eps=1.0, patience=2, eps_mode="absolute")
     for strat, expected in ((relative, relative_counts), (absolute, absolute_counts)):
         _setup(strat, 4, LAYOUT)
         assert _planted_norms(strat, norms) == expected
@@ -199,11 +201,11 @@ def test_ablation_switches():
     layout = ParamLayout.from_shapes({"w": (12,)})
     basis, labels = _planted(3, 2, layout.dim, rng)
     trained = torch.tensor(basis[labels], dtype=torch.float32)
-    no_clustering = FedPref(eps=1e6, patience=1, clustering=False)
+    no_clustering = FedPref(top_r=1.0, s_min=0.0, eps=1e6, patience=1, clustering=False, eps_mode="absolute")
     _setup(no_clustering, 6, layout)
     no_clustering.aggregate(1, _results(trained))
     assert no_clustering.clusters == [list(range(6))]
-    no_weighting = FedPref(eps=0.0, weighting=False)
+    no_weighting = FedPref(top_r=1.0, s_min=0.0, eps=0.0, weighting=False, eps_mode="absolute")
     _setup(no_weighting, 6, layout)
     no_weighting.aggregate(1, _results(trained))
     torch.testing.assert_close(no_weighting.models, trained.mean(dim=0).expand(6, -1))
@@ -213,7 +215,7 @@ def test_absent_members_follow_their_nearest_side_and_state_round_trips():
     rng = np.random.default_rng(5)
     layout = ParamLayout.from_shapes({"w": (10,)})
     basis, labels = _planted(3, 2, layout.dim, rng)
-    strat = FedPref(eps=1e6, patience=1)
+    strat = FedPref(top_r=1.0, s_min=0.0, eps=1e6, patience=1, eps_mode="absolute")
     _setup(strat, 6, layout)
     strat.models = torch.tensor(basis[labels], dtype=torch.float32)
     trained = strat.models * 2

@@ -48,9 +48,10 @@ EPS_MODES: tuple[str, ...] = ("absolute", "relative")
 
 
 def preference_weights(similarity: torch.Tensor, s_min: float) -> torch.Tensor:
-    """FedPref's aggregation weights: clip ``S`` to ``[s_min, 1]``, rescale to [0, 1] and
-    row-normalise. A row that is all zero (possible only with ``s_min >= 0``) keeps the client's
-    own model."""
+    """FedPref's aggregation weights: clip ``S`` to ``[s_min, 1]``, rescale to [0, 1] and row-normalise.
+
+    A row that is all zero (possible only with ``s_min >= 0``) keeps the client's own model.
+    """
     return row_normalise((similarity.clamp(s_min, 1.0) - s_min) / (1.0 - s_min))
 
 
@@ -89,13 +90,13 @@ class FedPref(PersonalisedStrategy):
 
     def __init__(
         self,
-        top_r: float = 1.0,
-        s_min: float = 0.0,
+        top_r: float = 0.1,
+        s_min: float = -0.2,
         eps: float = 0.1,
-        patience: int = 1,
+        patience: int = 2,
         clustering: bool = True,
         weighting: bool = True,
-        eps_mode: str = "absolute",
+        eps_mode: str = "relative",
     ) -> None:
         if not 0.0 < top_r <= 1.0:
             raise ValueError(f"fedpref: top_r must be in (0, 1], got {top_r}")
@@ -111,9 +112,12 @@ class FedPref(PersonalisedStrategy):
         self.clustering, self.weighting, self.eps_mode = clustering, weighting, eps_mode
 
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
-        """Warn (:class:`~morlfed.strategy.InertSettingWarning`) when no run of ``rounds``
-        aggregated rounds can reach the patience: the clustering could never split, and FedPref
-        would be its weighting-only ablation. Not an error: the similarity weighting still works."""
+        """Warn when no run of ``rounds`` aggregated rounds can reach the patience.
+
+        The warning is an :class:`~morlfed.strategy.InertSettingWarning`: the clustering could never
+        split, and FedPref would be its weighting-only ablation. Not an error: the similarity
+        weighting still works.
+        """
         if self.clustering and rounds is not None and rounds > 0 and self.patience > rounds:
             warnings.warn(
                 f"fedpref: patience ({self.patience}) exceeds the number of aggregated rounds ({rounds}): a cluster "
@@ -124,6 +128,11 @@ class FedPref(PersonalisedStrategy):
             )
 
     def setup(self, n_clients: int, init_params: torch.Tensor, layout: ParamLayout, rng: np.random.Generator) -> None:
+        """Start from one cluster of every client, with ``init_params`` as its reference model.
+
+        Every personalised model starts at ``init_params`` too; no rounds below the threshold, no
+        update norm seen and no split recorded yet.
+        """
         super().setup(n_clients, init_params, layout, rng)
         self.clusters: list[list[int]] = [list(range(n_clients))]
         self.refs: list[torch.Tensor] = [init_params.detach().float().clone()]
@@ -134,11 +143,22 @@ class FedPref(PersonalisedStrategy):
         self._similarity: dict[tuple[int, ...], torch.Tensor] = {}
 
     def threshold(self) -> float:
-        """The split threshold in force: ``eps``, or ``eps`` times the largest cluster-mean update
-        norm seen so far (``eps_mode="relative"``)."""
+        """The split threshold in force.
+
+        ``eps``, or ``eps`` times the largest cluster-mean update norm seen so far
+        (``eps_mode="relative"``).
+        """
         return self.eps if self.eps_mode == "absolute" else self.eps * self.largest_norm
 
     def aggregate(self, round: int, results: dict[int, FitResult]) -> None:
+        """Steps 1-4 of the module notes for every cluster with participants; the others stay as they are.
+
+        A cluster is split at most once per round, and only when at least two of its members took
+        part and the spectral clustering gives two non-empty sides; its absent members join the
+        nearest side (module notes), and both sides start their count of rounds below the threshold
+        at 0. Every aggregated cluster's reference model becomes the mean of its members' models.
+        Splits are added to :meth:`split_events`.
+        """
         # every cluster's mean update first: a relative threshold counts this round's largest norm,
         # whichever cluster it is in
         updates = []
@@ -191,22 +211,38 @@ class FedPref(PersonalisedStrategy):
         return int((centres - self.models[cid]).norm(dim=1).argmin())
 
     def model_id(self, cid: int) -> int:
+        """The index of client ``cid``'s cluster in the current partition (indices shift at splits)."""
         return next(k for k, members in enumerate(self.clusters) if cid in members)
 
     def diagnostics(self) -> dict[str, Any]:
-        """``clusters`` (after this round's splits), ``below_eps`` (each one's rounds below the
+        """The partition and the last round's split test.
+
+        ``clusters`` (after this round's splits), ``below_eps`` (each one's rounds below the
         threshold), ``update_norms`` (this round's cluster-mean update norms, one per cluster with
         participants), ``threshold`` (the split threshold in force) and ``splits`` (the two sides
-        of every split)."""
+        of every split).
+        """
         return {"clusters": self.clusters, "below_eps": self.below, **self._last}
 
     def split_events(self) -> list[dict[str, Any]] | None:
+        """A copy of the run's split record, one :func:`~morlfed.strategy.split_event` per split, in order.
+
+        ``None`` when the run was resumed from a checkpoint that predates the record.
+        """
         return None if self.splits_so_far is None else list(self.splits_so_far)
 
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
+        """The last round's similarity matrices ``S``, one per cluster with participants.
+
+        Each is keyed by the ids of that cluster's participants, in ascending order (the rows' order).
+        """
         return self._similarity
 
     def state_dict(self) -> dict[str, Any]:
+        """The personalised models plus the partition, reference models, threshold counts and split record.
+
+        ``largest_norm`` (for the relative threshold) is stored too.
+        """
         return {
             **super().state_dict(),
             "clusters": [list(c) for c in self.clusters],
@@ -217,6 +253,11 @@ class FedPref(PersonalisedStrategy):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned.
+
+        A checkpoint that predates ``largest_norm`` and ``splits_so_far`` restores them as 0 and
+        ``None`` (split record unknown).
+        """
         super().load_state_dict(state)
         self.clusters = [list(c) for c in state["clusters"]]
         self.refs = [r.clone() for r in state["refs"]]

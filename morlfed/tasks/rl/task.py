@@ -1,5 +1,8 @@
-"""The RL task (``task=rl``, the default): every client trains an agent on an MO-Gymnasium
-environment (``env=``) under its private linear preference drawn by ``dist=``."""
+"""The RL task (``task=rl``, the default): every client trains an agent on an MO-Gymnasium environment.
+
+Each client trains on the environment chosen by ``env=`` under its private linear preference drawn
+by ``dist=``.
+"""
 
 from __future__ import annotations
 
@@ -58,7 +61,8 @@ class RLTask(Task):
         ``engine``: ``vectorised`` where it is validated against ``sb3``); an engine that does not
         implement what the spec asks for raises ``ValueError`` here
         (:meth:`~morlfed.tasks.rl.factory.RLFactory.check_spec`)
-    :param device: the torch device of the clients' networks (``cpu`` or ``cuda``)
+    :param device: the torch device of the clients' networks: ``cpu``, ``cuda`` or ``auto`` (``cuda``
+        when available)
     :param precision: the vectorised engine's arithmetic: ``fp32``, ``bf16`` (bfloat16 matrix
         products; refused with ``sb3``) or ``auto`` (the env spec's ``precision`` where the engine is
         the vectorised one and the device computes bfloat16 natively, else ``fp32``:
@@ -73,8 +77,14 @@ class RLTask(Task):
     budget_unit = "env steps"
 
     def __init__(
-        self, spec: EnvSpec, preferences: np.ndarray, engine: str = "sb3", device: str = "cpu", precision: str = "fp32"
+        self,
+        spec: EnvSpec,
+        preferences: np.ndarray,
+        engine: str = "auto",
+        device: str = "auto",
+        precision: str = "auto",
     ) -> None:
+        device = resolve_device(device)
         if engine == "auto":
             engine = spec.engine
         if engine not in ENGINES:
@@ -94,8 +104,11 @@ class RLTask(Task):
 
     @classmethod
     def from_config(cls, cfg: DictConfig, n_clients: int, seed: int) -> RLTask:
-        """The env spec from ``cfg.env`` and the preferences drawn from ``generator(seed,
-        "preferences")`` with ``cfg.dist``."""
+        """Build the task from the env spec in ``cfg.env`` and preferences drawn with ``cfg.dist``.
+
+        The preferences are drawn from ``generator(seed, "preferences")``; ``cfg.engine.name``,
+        ``cfg.device`` and ``cfg.precision`` choose how the clients train.
+        """
         try:
             spec = EnvSpec.from_config(cfg.env)
         except ValueError as exc:
@@ -106,9 +119,10 @@ class RLTask(Task):
             prefs = sample_preferences(name, n_clients, len(spec.objectives), generator(seed, "preferences"), **dist)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"dist: {exc}") from exc
-        return cls(spec, prefs, cfg.engine.name, resolve_device(cfg.device), cfg.precision)
+        return cls(spec, prefs, cfg.engine.name, cfg.device, cfg.precision)
 
     def describe(self) -> str:
+        """The env spec's canonical name (``deep-sea-treasure``)."""
         return self.spec.name
 
     @property
@@ -117,14 +131,20 @@ class RLTask(Task):
         return self.engine == "vectorised" and self.device == "cuda"
 
     def describe_training(self) -> str:
+        """The engine and device, plus the resolved precision for the vectorised engine.
+
+        For example ``engine=vectorised, precision=bf16, device=cuda`` or ``engine=sb3, device=cpu``.
+        """
         # the precision is the vectorised engine's only (sb3 always trains in float32), and
         # precision=auto resolves it from the spec and the processor: say what it became
         precision = f", precision={self.precision}" if self.engine == "vectorised" else ""
         return f"engine={self.engine}{precision}, device={self.device}"
 
     def check_fault_injection(self) -> None:
-        """Faults are injected into SB3 clients only: the vectorised engine's hosts train a
-        worker's clients as one batch."""
+        """Refuse fault injection unless the engine is ``sb3``: faults are injected into SB3 clients only.
+
+        The vectorised engine's hosts train a worker's clients as one batch.
+        """
         if self.engine != "sb3":
             raise ValueError(
                 f"faults= wraps one client at a time, but engine={self.engine} trains a worker's "
@@ -138,17 +158,31 @@ class RLTask(Task):
         run_dir.write_csv("preferences.csv", rows)
 
     def client_factory(self, fed: FederationConfig, torch_threads: int) -> Any:
-        """The engine's factory: :class:`RLClientFactory` (``sb3``) or
-        :class:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory`."""
+        """The engine's factory, with each client's budget of ``fed.rounds * fed.local_steps`` env steps.
+
+        :class:`RLClientFactory` (``sb3``) or
+        :class:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory` (which also gets the
+        precision).
+        """
         total = fed.rounds * fed.local_steps
         factory = ENGINES[self.engine]()
         extra = {"precision": self.precision} if self.engine == "vectorised" else {}
         return factory(self.spec, self.preferences, fed.seed, total, torch_threads, self.device, **extra)
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
+        """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.
+
+        ``metrics.json`` also records the engine, precision and device
+        (:func:`morlfed.tasks.rl.report.write_results`).
+        """
         return report.write_results(
             run_dir, self.spec, self.preferences, outcome, run, self.engine, self.precision, self.device
         )
 
     def print_summary(self, outcome: FederationOutcome, metrics: dict[str, Any], path: Path) -> None:
+        """Print each client's weights, returns, scalarised scores and model, then the headline metrics.
+
+        The metrics are shown on undiscounted and on discounted returns
+        (:func:`morlfed.tasks.rl.report.print_summary`).
+        """
         report.print_summary(self.preferences, outcome, metrics, path)
