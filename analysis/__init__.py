@@ -4,26 +4,31 @@ The metrics themselves are :mod:`morlfed.metrics`, the figure of one run :mod:`m
 
 Libraries (what notebooks and other code import):
 
-* :mod:`analysis.runs` -- finding and loading run directories (incomplete or malformed ones are
+* :mod:`morlfed.analysis.runs` -- finding and loading run directories (incomplete or malformed ones are
   reported, never used).
-* :mod:`analysis.partial` -- unfinished runs (no ``metrics.json``): what they logged so far.
-* :mod:`analysis.campaign` -- selecting and evaluating runs: reference fronts, variant labels,
-  every metric recomputed (:class:`analysis.campaign.Campaign`), vision accuracies.
-* :mod:`analysis.tables` -- comparison tables (``comparison.md``, mean ± std over seeds).
-* :mod:`analysis.charts` -- campaign figures (fronts of several algorithms, similarity heatmaps,
+* :mod:`morlfed.analysis.partial` -- unfinished runs (no ``metrics.json``): what they logged so far.
+* :mod:`morlfed.analysis.campaign` -- selecting and evaluating runs: reference fronts, variant labels,
+  every metric recomputed (:class:`morlfed.analysis.campaign.Campaign`), vision accuracies.
+* :mod:`morlfed.analysis.tables` -- comparison tables (``comparison.md``, mean ± std over seeds).
+* :mod:`morlfed.analysis.charts` -- campaign figures (fronts of several algorithms, similarity heatmaps,
   cluster evolution, learning curves, metric bars).
-* :mod:`analysis.campaign_figures` -- every figure of a campaign written to a folder.
-* :mod:`analysis.published` -- the generated blocks of ``docs/results.md``, parsed and rebuilt.
+* :mod:`morlfed.analysis.campaign_figures` -- every figure of a campaign written to a folder.
+* :mod:`morlfed.analysis.published` -- the generated blocks of ``docs/results.md``, parsed and rebuilt.
 
 Command lines (argument parsing, printing and exit status only):
 
-* :mod:`analysis.evaluate` -- ``python -m morlfed.analysis.evaluate``: ``summary.csv`` and ``comparison.md``.
-* :mod:`analysis.rebuild` -- ``python -m morlfed.analysis.rebuild DIR``: ``stats.csv`` and
+* :mod:`morlfed.analysis.evaluate` -- ``python -m morlfed.analysis.evaluate``: ``summary.csv`` and ``comparison.md``.
+* :mod:`morlfed.analysis.rebuild` -- ``python -m morlfed.analysis.rebuild DIR``: ``stats.csv`` and
   ``comparison.md`` of an evaluated folder rewritten from its ``summary.csv`` alone.
-* :mod:`analysis.plot` -- ``python -m morlfed.analysis.plot``: every figure of a campaign as PNG and PDF.
-* :mod:`analysis.results` -- ``python -m morlfed.analysis.results DOC``: the generated tables of
+* :mod:`morlfed.analysis.plot` -- ``python -m morlfed.analysis.plot``: every figure of a campaign as PNG and PDF.
+* :mod:`morlfed.analysis.results` -- ``python -m morlfed.analysis.results DOC``: the generated tables of
   ``docs/results.md`` rebuilt from committed ``summary.csv`` files.
-* :mod:`analysis.arguments` -- the pieces they share.
+* :mod:`morlfed.analysis.arguments` -- the pieces they share.
 
 ``analysis/notebooks/``: ``pareto_fronts.ipynb`` and ``metrics.ipynb``. See ``docs/analysis.md``.
 """
+
+if __name__ != "morlfed.analysis":
+    # the folder also sits at the repository root, where `import analysis` would load a second copy
+    # of every module (a second class for each class: isinstance fails across the two)
+    raise ImportError(f"{__name__!r} is the package morlfed.analysis: import it as morlfed.analysis")

@@ -3,3 +3,8 @@
 Local (no communication), FedAvg, FedProx, CFL, MaTFL, IFCA. Each is registered by name through
 ``morlfed/conf/algo``.
 """
+
+if __name__ != "morlfed.baselines":
+    # the folder also sits at the repository root, where `import baselines` would load a second copy
+    # of every module (a second class for each class: isinstance fails across the two)
+    raise ImportError(f"{__name__!r} is the package morlfed.baselines: import it as morlfed.baselines")

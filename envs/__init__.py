@@ -13,6 +13,11 @@ specs are available in Python::
 This package depends only on gymnasium, mo-gymnasium, stable-baselines3 and omegaconf.
 """
 
+if __name__ != "morlfed.envs":
+    # the folder also sits at the repository root, where `import envs` would load a second copy
+    # of every module (a second class for each class: isinstance fails across the two)
+    raise ImportError(f"{__name__!r} is the package morlfed.envs: import it as morlfed.envs")
+
 from .factory import (
     GlobalNumpyRNGIsolation,
     MissingDependencyError,
