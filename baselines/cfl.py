@@ -192,6 +192,8 @@ class CFL(Strategy):
         """A copy of the model of the cluster client ``cid`` belongs to."""
         return self.cluster_models[self.model_id(cid)].clone()
 
+    model_id_note = "its cluster, an index into the current list of clusters"
+
     def model_id(self, cid: int) -> int:
         """The index of the cluster client ``cid`` belongs to, in the current list of clusters."""
         return next(k for k, members in enumerate(self.clusters) if cid in members)

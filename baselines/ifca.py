@@ -132,6 +132,8 @@ class IFCA(Strategy):
         """A copy of the model client ``cid`` deploys (:meth:`model_id`)."""
         return self.models[self.model_id(cid)].clone()
 
+    model_id_note = "the server model it chose the last time it took part (0 before it took part)"
+
     def model_id(self, cid: int) -> int:
         """The model client ``cid`` chose the last time it took part; 0 if it never did."""
         return int(self._deployed()[cid])

@@ -21,6 +21,8 @@ class Local(PersonalisedStrategy):
         for cid, result in results.items():
             self.models[cid] = result.params.float()
 
+    model_id_note = "its own id: every model is personal"
+
     def model_id(self, cid: int) -> int:
         """The client's own id: every model is personal."""
         return cid

@@ -164,6 +164,8 @@ class MaTFL(PersonalisedStrategy):
         self.aggregations += 1
         self.mixing_rounds += int(bool((weights - torch.diag(torch.diagonal(weights)) > 0).any()))
 
+    model_id_note = "its own id in soft-grouping mode (personal models); its last group in grouping mode"
+
     def model_id(self, cid: int) -> int:
         """The client's own id in soft-grouping mode; its last group in grouping mode.
 

@@ -81,20 +81,13 @@ class FederationConfig:
     budget_unit: str = "steps"
 
 
-#: What ``model`` (``final.csv``, the console table) means: ``Strategy.model_id``, or -1.
-MODEL_ID_NOTE = (
-    "model: what the client deploys: its cluster (fedpref, cfl, matfl groups, fedmhc) or server model (fedfew, "
-    "ifca), 0 for the one global model (fedavg, fedprox), its own id for a personal model (local, fedpg, matfl); "
-    "-1: its own fine-tuned model (+FT)"
-)
-
-
 @dataclass
 class FederationOutcome:
     """What a finished run produced.
 
     :param evaluations: each client's evaluation of its deployed model
-    :param model_ids: each client's deployed model id or cluster (:data:`MODEL_ID_NOTE`)
+    :param model_ids: each client's deployed model id or cluster (:attr:`Strategy.model_id_note`), -1
+        for a client that keeps its own fine-tuned model ("+FT")
     :param seconds: wall time of the loop; in a run resumed in place, from its start: the
         seconds its checkpoint recorded (the rounds before it) plus this process's (``seconds_before``)
     :param steps_spent: each client's local budget spent training over the run (RL: env steps),
@@ -112,6 +105,7 @@ class FederationOutcome:
         ``None``: it ran from its start (or branched: a new run)
     :param seconds_before: the loop's seconds up to that checkpoint (``None``: a checkpoint that
         predates the record, so ``seconds`` counts this process's rounds only)
+    :param model_id_note: what ``model_ids`` mean, the footnote of the console table's ``model`` column
     """
 
     evaluations: dict[int, Evaluation]
@@ -123,6 +117,7 @@ class FederationOutcome:
     split_events: list[dict[str, Any]] | None = None
     resumed_after: int | None = None
     seconds_before: float | None = None
+    model_id_note: str = ""
 
     def time_record(self) -> dict[str, Any]:
         """What ``metrics.json`` keeps of the run's time.
@@ -286,6 +281,8 @@ class Federation:
             self.strategy.split_events(),
             self._resumed_after,
             self._seconds_before,
+            f"model: what the client deploys: {self.strategy.model_id_note}"
+            + ("; -1: its own fine-tuned model (+FT)" if finetuned else ""),
         )
 
     def _elapsed(self) -> float | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -78,8 +78,12 @@ class Strategy(ABC):
     def model_for(self, cid: int) -> torch.Tensor:
         """The ``[d]`` model client ``cid`` deploys now."""
 
+    #: what :meth:`model_id` means, the footnote of the console table's ``model`` column (the one
+    #: global model by default: a strategy with clusters, server models or personal models says so)
+    model_id_note: ClassVar[str] = "0: the one global model"
+
     def model_id(self, cid: int) -> int:
-        """Which server model or cluster client ``cid`` deploys (for ``final.csv``)."""
+        """Which server model or cluster client ``cid`` deploys (for ``final.csv``; :attr:`model_id_note`)."""
         return 0
 
     def finetuned_model(self, cid: int, result: FitResult) -> torch.Tensor:

@@ -99,3 +99,17 @@ def test_every_base_variant_has_its_plus_ft_or_is_a_method_without_one() -> None
     without_ft = {v for v in bases if f"{v}_ft" not in VARIANTS}
     # no communication has nothing to fine-tune after; MaTFL's +FT is not a row of the paper
     assert without_ft == {"local", "matfl"}
+
+
+def test_each_strategy_explains_its_own_model_column() -> None:
+    from morlfed.strategy import Strategy
+
+    notes = {}
+    for path in sorted((CONF / "algo").glob("*.yaml")):
+        target = yaml.safe_load(path.read_text())["_target_"]
+        module, name = target.rsplit(".", 1)
+        notes[path.stem] = getattr(importlib.import_module(module), name).model_id_note
+    # the one global model is the default; every method with clusters, server models or personal
+    # models says what its ids are
+    assert {algo for algo, note in notes.items() if note == Strategy.model_id_note} == {"fedavg", "fedprox"}
+    assert "cluster" in notes["fedpref"] and "cluster" in notes["cfl"] and "own id" in notes["local"]

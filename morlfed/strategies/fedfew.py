@@ -190,6 +190,8 @@ class FedFew(Strategy):
         """A copy of the server model client ``cid`` chooses (:meth:`choice`)."""
         return self.models[self.choice(cid)].clone()
 
+    model_id_note = "the server model it deploys (0 to K-1), the one with its lowest loss"
+
     def model_id(self, cid: int) -> int:
         """The index of the server model client ``cid`` chooses (:meth:`choice`)."""
         return self.choice(cid)

@@ -181,6 +181,8 @@ class FedMHC(Strategy):
         """
         return self.group_models()[self.groups[cid]].clone()
 
+    model_id_note = "its head group (the clients of a group share one clustered head)"
+
     def model_id(self, cid: int) -> int:
         """The index of the head group client ``cid`` is in."""
         return self.groups[cid]

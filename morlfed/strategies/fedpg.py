@@ -312,6 +312,8 @@ class FedPG(Strategy):
         """Client ``cid``'s personal model from the last round it took part in (the initial model if none)."""
         return self.personal[cid].clone()
 
+    model_id_note = "its own id: every client deploys its personal model"
+
     def model_id(self, cid: int) -> int:
         """``cid`` itself: every client deploys its own personal model."""
         return cid

@@ -210,6 +210,8 @@ class FedPref(PersonalisedStrategy):
         centres = torch.stack([trained[g].mean(dim=0) for g in groups])
         return int((centres - self.models[cid]).norm(dim=1).argmin())
 
+    model_id_note = "its cluster, an index into the current partition (indices shift at splits)"
+
     def model_id(self, cid: int) -> int:
         """The index of client ``cid``'s cluster in the current partition (indices shift at splits)."""
         return next(k for k, members in enumerate(self.clusters) if cid in members)

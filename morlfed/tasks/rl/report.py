@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from morlfed.envs import EnvSpec, known_front
-from morlfed.federation import MODEL_ID_NOTE, FederationOutcome
+from morlfed.federation import FederationOutcome
 from morlfed.figures import plot_front
 from morlfed.metrics import compute_metrics
 from morlfed.rundir import RunDirectory
@@ -128,7 +128,7 @@ def print_summary(preferences: np.ndarray, outcome: FederationOutcome, metrics: 
         "scalarised: w . return (undiscounted); discounted: w . discounted return, the returns front.png plots "
         "(final.csv has both vector returns)"
     )
-    print(MODEL_ID_NOTE)
+    print(outcome.model_id_note)
     print()
     for section in ("undiscounted", "discounted"):
         shown = ", ".join(

@@ -20,7 +20,7 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from morlfed.federation import MODEL_ID_NOTE, FederationOutcome
+from morlfed.federation import FederationOutcome
 from morlfed.metrics import ACCURACIES, accuracy_summary
 from morlfed.rundir import RunDirectory, atomic_write_bytes
 from morlfed.tasks.vision.data import VisionDataset
@@ -116,7 +116,7 @@ def print_summary(outcome: FederationOutcome, metrics: dict[str, Any], path: Any
     for cid in sorted(outcome.evaluations):
         ev = outcome.evaluations[cid].metrics
         print(f"{cid:>6}  {ev['l_acc']:7.2f}  {ev['s_acc']:7.2f}  {ev['g_acc']:7.2f}  {outcome.model_ids[cid]}")
-    print(MODEL_ID_NOTE)
+    print(outcome.model_id_note)
     print()
     acc = metrics["accuracy"]
     for key, (title, _) in ACCURACIES.items():
