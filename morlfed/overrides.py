@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib.util
 import os
 import tempfile
 from collections.abc import Collection, Iterator
@@ -47,8 +48,6 @@ from morlfed.settings import ConfigError, check_setting
 from morlfed.tasks.base import Task
 
 CONF_DIR = Path(__file__).parent / "conf"
-#: The config groups on morlfed's search path (``env`` lives in envs/conf/env, the others in conf/).
-GROUPS = ("algo", "data", "dist", "engine", "env", "executor", "experiment", "logger", "model", "task", "variant")
 #: The groups a command line adds with ``+`` (``+experiment=NAME``); the others are chosen by default.
 ADDED_GROUPS = ("experiment", "variant")
 #: Nodes whose keys are keyword arguments passed on as they are (to stable-baselines3, to the
@@ -71,12 +70,45 @@ def default_task() -> str:
     return next(d["task"] for d in defaults if isinstance(d, dict) and "task" in d)  # type: ignore[union-attr]
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group (one of :data:`GROUPS`) on morlfed's search path."""
-    from morlfed.envs import ENV_CONF_DIR
+@cache
+def search_path() -> tuple[Path, ...]:
+    """The config folders hydra searches: ``conf/`` and each ``pkg://`` entry of ``hydra.searchpath``.
 
-    folder = ENV_CONF_DIR if group == "env" else CONF_DIR / group
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    A task's config groups may live beside its code (the RL task's ``env`` group in envs/conf/):
+    the root config names their packages, so this module knows no group's home.
+    """
+    entries = OmegaConf.load(CONF_DIR / "config.yaml").hydra.searchpath
+    folders = [CONF_DIR]
+    for entry in entries:
+        # the folder of package a.b.c, found without importing a.b (finding a.b.c would import it)
+        top, *rest = str(entry).removeprefix("pkg://").split(".")
+        spec = importlib.util.find_spec(top)
+        folders.append(Path(spec.submodule_search_locations[0], *rest))  # type: ignore[union-attr, index]
+    return tuple(folders)
+
+
+@cache
+def groups() -> tuple[str, ...]:
+    """The config groups on morlfed's search path: every folder of YAML options in it (conf/algo, ...)."""
+    return tuple(
+        sorted({d.name for folder in search_path() for d in folder.iterdir() if d.is_dir() and any(d.glob("*.yaml"))})
+    )
+
+
+def group_folder(group: str) -> Path:
+    """The folder of config group ``group`` on the search path (the first that has it).
+
+    :raises ValueError: no folder on the search path has the group
+    """
+    for folder in search_path():
+        if (folder / group).is_dir():
+            return folder / group
+    raise ValueError(f"no config group {group!r} on the search path {', '.join(map(str, search_path()))}")
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (one of :func:`groups`) on morlfed's search path."""
+    return sorted(p.stem for p in group_folder(group).glob("*.yaml"))
 
 
 def top_level_keys() -> set[str]:
@@ -86,7 +118,7 @@ def top_level_keys() -> set[str]:
     ``model``).
     """
     keys = set(OmegaConf.load(CONF_DIR / "config.yaml")) - {"defaults", "hydra"}
-    return keys | (set(GROUPS) - set(ADDED_GROUPS))
+    return keys | (set(groups()) - set(ADDED_GROUPS))
 
 
 def help_groups() -> str:
@@ -94,7 +126,7 @@ def help_groups() -> str:
 
     Hydra's own list misses ``env``, whose configs come in through the search path.
     """
-    return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in GROUPS)
+    return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in groups())
 
 
 def parse(argv: list[str]) -> list[Override]:
@@ -142,7 +174,7 @@ def _compose_api() -> Iterator[None]:
 
 
 def _group(override: Override) -> str | None:
-    return override.key_or_group if override.key_or_group in GROUPS and override.package is None else None
+    return override.key_or_group if override.key_or_group in groups() and override.package is None else None
 
 
 def _check_groups(overrides: list[Override]) -> None:
@@ -249,7 +281,7 @@ def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, s
         ]
         if owners:
             return ConfigError(f"{message}; {rest} is a setting of {' and '.join(owners)}")
-    close = closest(key, [*_keys(tree), *GROUPS])
+    close = closest(key, [*_keys(tree), *groups()])
     if close:
         message += f"; did you mean {' or '.join(close)}?"
     elif not rest:
@@ -259,9 +291,7 @@ def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, s
 
 @cache
 def _option_node(group: str, option: str) -> Any:
-    from morlfed.envs import ENV_CONF_DIR
-
-    return OmegaConf.load((ENV_CONF_DIR if group == "env" else CONF_DIR / group) / f"{option}.yaml")
+    return OmegaConf.load(group_folder(group) / f"{option}.yaml")
 
 
 def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str]) -> None:
