@@ -6,10 +6,15 @@ Libraries (what notebooks and other code import):
 
 * :mod:`morlfed.analysis.runs` -- finding and loading run directories (incomplete or malformed ones are
   reported, never used).
+* :mod:`morlfed.analysis.run_files` -- reading and checking the files of one run directory
+  (:class:`morlfed.analysis.run_files.RunDirError` names the problem).
 * :mod:`morlfed.analysis.partial` -- unfinished runs (no ``metrics.json``): what they logged so far.
-* :mod:`morlfed.analysis.campaign` -- selecting and evaluating runs: reference fronts, variant labels,
-  every metric recomputed (:class:`morlfed.analysis.campaign.Campaign`), vision accuracies.
-* :mod:`morlfed.analysis.tables` -- comparison tables (``comparison.md``, mean ± std over seeds).
+* :mod:`morlfed.analysis.variants` -- variant labels (the settings that tell runs apart) and repeated runs.
+* :mod:`morlfed.analysis.campaign` -- selecting and evaluating runs: reference fronts, every metric
+  recomputed (:class:`morlfed.analysis.campaign.Campaign`), vision accuracies.
+* :mod:`morlfed.analysis.tables` -- comparison tables (mean ± std over seeds, marked by paired tests) and
+  the budget table.
+* :mod:`morlfed.analysis.comparison` -- ``comparison.md`` and ``stats.csv`` of an evaluated campaign.
 * :mod:`morlfed.analysis.charts` -- campaign figures (fronts of several algorithms, similarity heatmaps,
   cluster evolution, learning curves, metric bars).
 * :mod:`morlfed.analysis.campaign_figures` -- every figure of a campaign written to a folder.

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from morlfed.analysis.comparison import TABLE_ORDER
 from morlfed.analysis.stats import LEVEL, REFERENCE
-from morlfed.analysis.tables import TABLE_ORDER
 from morlfed.metrics import METRICS, RETURN_KINDS
 
 

@@ -5,9 +5,10 @@ recomputed from the clients' returns (``final.csv``) and the environment spec of
 (``config.yaml``: the reference point of the returns evaluated, gamma, known front). IGD and IGD+
 use the environment's known front (``pareto_front(gamma)``; gamma 1 for undiscounted returns) or,
 where it has none, the *campaign front*: the non-dominated union of the returns of every run being
-evaluated on that environment (:func:`reference_fronts`). Runs that differ in a configuration setting get distinct
-labels (:func:`variant_labels`), repeated runs are dropped (:func:`select_runs`), and recomputed
-values that differ from a run's stored ``metrics.json`` are collected as mismatches.
+evaluated on that environment (:func:`reference_fronts`). Runs that differ in a configuration
+setting get distinct labels (:func:`~morlfed.analysis.variants.variant_labels`), repeated runs are
+dropped (:func:`select_runs`), and recomputed values that differ from a run's stored
+``metrics.json`` are collected as mismatches.
 
 Vision runs (``task=vision``): every accuracy statistic (:data:`VISION_METRICS`: mean / std / min /
 max over clients of L-acc, S-acc and G-acc) is recomputed from ``final.csv``
@@ -21,13 +22,14 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from morlfed.analysis.clustering import CLUSTER_METRICS, final_clusters, planted_ari
 from morlfed.analysis.runs import Run, VisionRun
+from morlfed.analysis.variants import split_duplicates, variant_labels
 from morlfed.envs import EnvSpec, known_front
 from morlfed.metrics import (
     ACCURACIES,
@@ -43,28 +45,7 @@ from morlfed.metrics import (
     compute_metrics,
     eu_weights,
 )
-from morlfed.overrides import GROUPS, top_level_keys
 
-#: An RL or a vision run (:func:`split_duplicates` returns runs of the type it is given).
-_RunT = TypeVar("_RunT", bound="Run | VisionRun")
-
-#: Config keys that never distinguish one algorithm variant from another (the seed, and
-#: settings that do not change results: logging, learning curves, threads, checkpointing,
-#: resuming or branching from a checkpoint, the executor, the experiment tracker).
-IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
-    {
-        "seed",
-        "progress",
-        "eval_every",
-        "torch_threads",
-        "save_similarity",
-        "checkpoint_every",
-        "resume",
-        "branch_from",
-        "branch_siblings",
-    }
-)
-IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.", "logger.")
 #: The identity columns an RL and a vision summary share, after the environment or dataset
 #: columns (:func:`_variant_cells`), ending with the run's ``inert_warning`` (its strategy's
 #: report that it stayed inert, :meth:`morlfed.strategy.Strategy.inert_warning`; empty if none).
@@ -189,107 +170,12 @@ def reference_fronts(runs: Sequence[Run], returns: str = "discounted") -> dict[t
     return fronts
 
 
-def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
-    """Dotted keys to printable values (``{"algo": {"top_r": 0.1}}`` -> ``{"algo.top_r": "0.1"}``)."""
-    if isinstance(config, dict):
-        out: dict[str, str] = {}
-        for key, value in config.items():
-            out.update(_flatten(value, f"{prefix}{key}."))
-        return out
-    return {prefix[:-1]: str(config)}
-
-
-def _setting(key: str, value: str) -> str:
-    """A config setting as the command line writes it.
-
-    ``engine=vectorised`` for the option of a config group (``engine.name`` in ``config.yaml``),
-    ``algo.top_r=0.5`` for any other key.
-    """
-    group, _, field = key.partition(".")
-    return f"{group}={value}" if field == "name" and group in GROUPS else f"{key}={value}"
-
-
-class Labelled(Protocol):
-    """What a row label is made of: a run's configuration and identity (a finished or a partial run)."""
-
-    config: dict[str, Any]
-
-    @property
-    def env(self) -> str:
-        """The environment or dataset."""
-
-    @property
-    def dist(self) -> str:
-        """The preference distribution or label partition."""
-
-    @property
-    def label(self) -> str:
-        """The strategy with the "+FT" variant marked."""
-
-
-def variant_labels(runs: Sequence[Labelled]) -> list[str]:
-    """Row labels: each run's ``label``, plus the config settings that set it apart.
-
-    A config key is a *variant key* when it takes different values among runs that share
-    environment, preference distribution and label (e.g. a sweep over ``local_steps`` or
-    ``algo.top_r``); seeds and execution settings are ignored, and so are keys that are no
-    setting of morlfed (an unknown key a run's command line added, ``+evn=...``: such runs predate
-    the check that refuses them). Each run's label gets ``" (key=value, ...)"`` for the variant
-    keys, written as the command line writes them (``engine=vectorised``), so differently
-    configured runs are never averaged together.
-
-    :param runs: loaded runs (finished or partial)
-    """
-    known = top_level_keys()
-    flat = [{k: v for k, v in _flatten(r.config).items() if k.split(".")[0] in known} for r in runs]
-    groups: dict[tuple[str, str, str], list[int]] = {}
-    for i, r in enumerate(runs):
-        groups.setdefault((r.env, r.dist, r.label), []).append(i)
-    keys = sorted({k for f in flat for k in f})
-    varying = [
-        k
-        for k in keys
-        if k not in IGNORED_CONFIG_KEYS
-        and not k.startswith(IGNORED_CONFIG_PREFIXES)
-        and any(len({flat[i].get(k) for i in members}) > 1 for members in groups.values())
-    ]
-    labels = []
-    for run, f in zip(runs, flat):
-        extra = ", ".join(_setting(k, f.get(k, "-")) for k in varying)
-        labels.append(f"{run.label} ({extra})" if extra else run.label)
-    return labels
-
-
-def split_duplicates(runs: Sequence[_RunT]) -> tuple[list[_RunT], list[tuple[str, str]]]:
-    """Keep the first of runs with the same configuration and seed; return the kept runs and the rest.
-
-    A repeated run would be counted twice in a mean over seeds. The rest are returned as
-    ``(path, reason)``.
-
-    :param runs: loaded runs (RL or vision)
-    """
-    kept: list[_RunT] = []
-    seen: dict[frozenset[tuple[str, str]], Path] = {}
-    skipped = []
-    for run in runs:
-        key = frozenset(
-            (k, v)
-            for k, v in _flatten(run.config).items()
-            if k == "seed" or (k not in IGNORED_CONFIG_KEYS and not k.startswith(IGNORED_CONFIG_PREFIXES))
-        )
-        if key in seen:
-            skipped.append((str(run.path), f"duplicate: same configuration and seed as {seen[key]}"))
-        else:
-            seen[key] = run.path
-            kept.append(run)
-    return kept, skipped
-
-
 def select_runs(runs: Sequence[Run], returns: str = "discounted") -> tuple[list[Run], list[tuple[str, str]]]:
     """The runs fit to compare, and the runs left out as ``(path, reason)``.
 
-    Duplicates (:func:`split_duplicates`) and runs whose known front does not dominate their
-    reference point (:func:`reference_fronts`) are returned separately as ``(path, reason)``.
+    Duplicates (:func:`~morlfed.analysis.variants.split_duplicates`) and runs whose known front does
+    not dominate their reference point (:func:`reference_fronts`) are returned separately as
+    ``(path, reason)``.
 
     :param runs: loaded RL runs
     :param returns: one of :data:`morlfed.metrics.RETURN_KINDS`
@@ -310,7 +196,8 @@ def _variant_cells(run: Run | VisionRun, variant: str, n_clients: int) -> dict[s
     """The :data:`_VARIANT_COLUMNS` cells of ``run``'s summary row.
 
     :param run: an RL or a vision run
-    :param variant: its label with the settings that set it apart (:func:`variant_labels`)
+    :param variant: its label with the settings that set it apart
+        (:func:`~morlfed.analysis.variants.variant_labels`)
     :param n_clients: its number of clients
     """
     return {

@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from morlfed.analysis.campaign import reference_fronts, returns_gamma, variant_labels
+from morlfed.analysis.campaign import reference_fronts, returns_gamma
 from morlfed.analysis.charts import (
     cluster_evolution_figure,
     fronts_comparison_figure,
@@ -34,6 +34,7 @@ from morlfed.analysis.charts import (
 )
 from morlfed.analysis.partial import PartialRun
 from morlfed.analysis.runs import Run
+from morlfed.analysis.variants import variant_labels
 from morlfed.figures import FORMATS, front_figure, save_figure
 
 
@@ -86,7 +87,7 @@ def run_stem(run: Run | PartialRun, label: str) -> str:
     """A file-name stem for one run's figures: ``<env>_<label>_<dist>_seed<seed>``.
 
     :param run: the run
-    :param label: its variant label (:func:`~morlfed.analysis.campaign.variant_labels`)
+    :param label: its variant label (:func:`~morlfed.analysis.variants.variant_labels`)
     """
     return "_".join(_safe(part) for part in (run.env, label, run.dist, f"seed{run.seed}"))
 

@@ -36,8 +36,9 @@ Incomplete (no ``metrics.json``) and malformed run directories are reported by n
 and skipped; the exit status is 1 when no valid run is left. Recomputed metrics that differ from
 a run's stored ``metrics.json`` are reported as warnings (the metrics code changed since?).
 
-This module is the command line only: the evaluation is :mod:`analysis.campaign`, the tables
-:mod:`analysis.tables`.
+This module is the command line only: the evaluation is :mod:`analysis.campaign` (variant labels
+and duplicates :mod:`analysis.variants`), the tables :mod:`analysis.tables`, ``comparison.md``
+:mod:`analysis.comparison`.
 """
 
 from __future__ import annotations
@@ -53,15 +54,10 @@ from morlfed.analysis.arguments import (
     default_out,
     report_skipped,
 )
-from morlfed.analysis.campaign import (
-    eu_weights_table,
-    evaluate_runs,
-    evaluate_vision_runs,
-    select_runs,
-    split_duplicates,
-)
+from morlfed.analysis.campaign import eu_weights_table, evaluate_runs, evaluate_vision_runs, select_runs
+from morlfed.analysis.comparison import write_comparison
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
-from morlfed.analysis.tables import write_comparison
+from morlfed.analysis.variants import split_duplicates
 from morlfed.commands import python
 from morlfed.progress import counted
 from morlfed.rundir import atomic_write_text

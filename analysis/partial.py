@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 from omegaconf import OmegaConf
 
-from morlfed.analysis.runs import RunDirError, cluster_history, read_logs
+from morlfed.analysis.run_files import RunDirError, cluster_history, read_logs
 from morlfed.runstatus import read_stopped
 
 
@@ -99,7 +99,7 @@ class PartialRun:
 def load_partial_run(path: str | Path) -> PartialRun:
     """Load an unfinished run directory (``config.yaml`` and ``rounds.csv`` present, no ``metrics.json``).
 
-    :class:`~morlfed.analysis.runs.RunDirError` if it is not one.
+    :class:`~morlfed.analysis.run_files.RunDirError` if it is not one.
 
     :param path: the run directory
     """

@@ -25,7 +25,7 @@ import pandas as pd
 
 from morlfed.analysis.arguments import add_table_arguments, check_table_arguments
 from morlfed.analysis.campaign import Campaign
-from morlfed.analysis.tables import write_comparison
+from morlfed.analysis.comparison import write_comparison
 
 PROG = "analysis.rebuild"
 

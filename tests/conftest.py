@@ -12,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -64,6 +65,15 @@ def morlfed_cli() -> CliRunner:
         )
 
     return run
+
+
+@pytest.fixture(scope="module")
+def dst() -> tuple[envs.EnvSpec, np.ndarray, np.ndarray]:
+    """Deep Sea Treasure's spec and its known fronts of discounted and of undiscounted returns."""
+    spec = envs.get_spec("deep-sea-treasure")
+    front, undiscounted = envs.known_front(spec), envs.known_front(spec, gamma=1.0)
+    assert front is not None and undiscounted is not None
+    return spec, front, undiscounted
 
 
 def load_bench(name: str) -> ModuleType:

@@ -1,7 +1,9 @@
 """The analysis commands and libraries on planted run directories.
 
-analysis.evaluate (the command), analysis.campaign, analysis.tables and analysis.runs on planted run
-directories (the metric additions they use: test_evaluate_metrics.py).
+analysis.evaluate (the command), analysis.campaign, analysis.tables, analysis.comparison and
+analysis.runs on planted run directories (the metric additions they use: test_evaluate_metrics.py;
+variant labels and repeated runs: test_variants.py). ``dst`` (Deep Sea Treasure's spec and known
+fronts) is a fixture of conftest.py.
 
 The run directories here are written by hand in the format of morlfed.run (test_sweep.py checks
 the real thing): planted client returns give known answers (clients sitting on their optimal
@@ -20,11 +22,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from morlfed import envs
-from morlfed.analysis.campaign import evaluate_runs, variant_labels
+from morlfed.analysis.campaign import evaluate_runs
+from morlfed.analysis.comparison import comparison_markdown
 from morlfed.analysis.evaluate import main
 from morlfed.analysis.rebuild import main as rebuild
-from morlfed.analysis.runs import RunDirError, find_run_dirs, load_run, load_runs
-from morlfed.analysis.tables import comparison_markdown, metric_table
+from morlfed.analysis.run_files import RunDirError
+from morlfed.analysis.runs import find_run_dirs, load_run, load_runs
+from morlfed.analysis.tables import metric_table
 from morlfed.metrics import (
     METRICS,
     ReferencePointWarning,
@@ -33,14 +37,6 @@ from morlfed.metrics import (
     eu_weights,
     hypervolume,
 )
-
-
-@pytest.fixture(scope="module")
-def dst() -> tuple[envs.EnvSpec, np.ndarray, np.ndarray]:
-    spec = envs.get_spec("deep-sea-treasure")
-    front, undiscounted = envs.known_front(spec), envs.known_front(spec, gamma=1.0)
-    assert front is not None and undiscounted is not None
-    return spec, front, undiscounted
 
 
 def write_run(
@@ -398,59 +394,3 @@ def test_malformed_runs_are_named_and_skipped(tmp_path, dst, capsys):
         main([str(good), str(bad["nan"])])  # two inputs and no --out
     assert exit_.value.code == 2
     assert "--out is required" in capsys.readouterr().err
-
-
-def test_variants_duplicates_and_stored_metric_mismatch(tmp_path, dst, capsys):
-    spec, front, front_u = dst
-    w = equally_spaced_weights(2, 3)
-    kw = dict(front=front, front_undisc=front_u)
-    for steps in (100, 200):
-        write_run(tmp_path / f"s{steps}", spec, w, front[:3], front_u[:3], local_steps=steps, **kw)
-    write_run(tmp_path / "s200copy", spec, w, front[:3], front_u[:3], local_steps=200, **kw)
-    runs, _ = load_runs([tmp_path])
-    assert variant_labels(runs) == [
-        "fedpref (local_steps=100)",
-        "fedpref (local_steps=200)",
-        "fedpref (local_steps=200)",
-    ]
-    info = json.loads((tmp_path / "s100" / "metrics.json").read_text())
-    info["discounted"]["hypervolume"] += 1.0
-    (tmp_path / "s100" / "metrics.json").write_text(json.dumps(info))
-    assert main([str(tmp_path)]) == 0  # one directory: the output goes there
-    err = capsys.readouterr().err
-    assert f"skipped {tmp_path / 's200copy'}: duplicate: same configuration and seed as {tmp_path / 's200'}" in err
-    assert f"warning: {tmp_path / 's100'}: recomputed discounted hypervolume" in err
-    md = (tmp_path / "comparison.md").read_text()
-    assert "| fedpref (local_steps=100) |" in md and "| fedpref (local_steps=200) |" in md
-    assert len(pd.read_csv(tmp_path / "summary.csv")) == 2
-
-
-def test_a_branched_run_is_the_same_variant_as_one_from_scratch(tmp_path, dst, capsys):
-    """branch_from= never makes a variant: a branched +FT run and the same run from scratch are duplicates.
-
-    Like resume=, checkpoint_every and the executor, branch_from= is no part of a variant: a +FT run
-    branched from a checkpoint and the same +FT run from scratch are duplicates.
-    """
-    spec, front, front_u = dst
-    w = equally_spaced_weights(2, 3)
-    kw = dict(front=front, front_undisc=front_u, finetune=True)
-    write_run(
-        tmp_path / "branched",
-        spec,
-        w,
-        front[:3],
-        front_u[:3],
-        extra={"branch_from": "/runs/plain", "checkpoint_every": 2},
-        **kw,
-    )
-    write_run(
-        tmp_path / "scratch", spec, w, front[:3], front_u[:3], extra={"branch_from": None, "checkpoint_every": 0}, **kw
-    )
-    write_run(tmp_path / "seed1", spec, w, front[:3], front_u[:3], seed=1, extra={"branch_from": "/runs/plain1"}, **kw)
-    runs, _ = load_runs([tmp_path])
-    assert variant_labels(runs) == ["fedpref+FT"] * 3
-    assert main([str(tmp_path)]) == 0
-    assert (
-        f"skipped {tmp_path / 'scratch'}: duplicate: same configuration and seed as {tmp_path / 'branched'}"
-        in capsys.readouterr().err
-    )

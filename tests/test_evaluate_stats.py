@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from morlfed.analysis.comparison import run_notes
 from morlfed.analysis.stats import (
     EXACT_MAX_PAIRS,
     RESAMPLES,
@@ -22,7 +23,7 @@ from morlfed.analysis.stats import (
     paired_test,
     smallest_p,
 )
-from morlfed.analysis.tables import INERT_NOTE, budget_table, metric_table, metrics_table, run_notes
+from morlfed.analysis.tables import INERT_NOTE, budget_table, metric_table, metrics_table
 from morlfed.metrics import METRICS
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from test_evaluate import write_run
 
 from morlfed import envs
-from morlfed.analysis.campaign import variant_labels
 from morlfed.analysis.campaign_figures import run_stem, unique_stems
 from morlfed.analysis.runs import Run, load_runs
+from morlfed.analysis.variants import variant_labels
 from morlfed.metrics import equally_spaced_weights
 
 
