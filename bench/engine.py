@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from morlfed.envs import EnvSpec, get_spec
 from morlfed.executors import make_executor
 from morlfed.federation import Federation, FederationConfig
-from morlfed.preferences import sample_preferences
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import generator
 from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.preferences import sample_preferences
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
 #: Speed-up targets of the vectorised engine over the SB3 engine.

@@ -38,8 +38,8 @@ RUNS = ("sb3", "sequential", "process", "ray")
 
 def preferences(spec, n: int, seed: int):
     """``n`` Dirichlet preferences over ``spec``'s objectives, from the ``preferences`` stream of ``seed``."""
-    from morlfed.preferences import sample_preferences
     from morlfed.seeding import generator
+    from morlfed.tasks.rl.preferences import sample_preferences
 
     return sample_preferences("dirichlet", n, len(spec.objectives), generator(seed, "preferences"))
 

@@ -41,7 +41,7 @@ from morlfed.protocol import ClientFailure, Evaluation, FitResult
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import derive_seed, generator
 from morlfed.strategy import Strategy
-from morlfed.tracking import Tracker, round_scalars
+from morlfed.tracking import Tracker, round_line, round_scalars
 
 log = logging.getLogger(__name__)
 
@@ -405,32 +405,6 @@ class Federation:
             for cids, block in self.strategy.similarity().items():
                 full[np.ix_(cids, cids)] = block.numpy()
             self.run_dir.write_npy(f"similarity_{rnd}.npy", full)
-
-
-def round_line(rnd: int, rounds: int, scalars: dict[str, float]) -> str:
-    """A round's summary line for ``run.log``, from its :func:`~morlfed.tracking.round_scalars`.
-
-    :param rnd: the round
-    :param rounds: the run's rounds
-    :param scalars: the round's scalars
-    """
-    parts = [f"round {rnd}/{rounds}:"]
-    if "train/reward_mean" in scalars:
-        parts.append(
-            f"scalarised training reward mean {scalars['train/reward_mean']:.4g} "
-            f"(min {scalars['train/reward_min']:.4g}, max {scalars['train/reward_max']:.4g}),"
-        )
-    parts.append(
-        f"{scalars['federation/aggregated']:.0f}/{scalars['federation/participants']:.0f} aggregated, "
-        f"{scalars['federation/failed']:.0f} failed,"
-    )
-    if "federation/n_clusters" in scalars:
-        k = int(scalars["federation/n_clusters"])
-        parts.append(f"{k} cluster{'s' if k != 1 else ''},")
-    if "eval/mean_scalarised" in scalars:
-        parts.append(f"deployed models' mean scalarised evaluation {scalars['eval/mean_scalarised']:.4g},")
-    parts.append(f"{scalars['federation/seconds']:.1f} s")
-    return " ".join(parts)
 
 
 def split_results(results: dict[int, FitResult | ClientFailure]) -> tuple[dict[int, FitResult], dict[int, str]]:

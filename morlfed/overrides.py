@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import importlib.util
 import os
 import tempfile
 from collections.abc import Collection, Iterator
@@ -37,96 +36,29 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import HydraException
-from hydra.utils import get_class
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from morlfed.commands import python
+from morlfed.config_groups import (
+    ADDED_GROUPS,
+    CONF_DIR,
+    default_task,
+    group_folder,
+    group_options,
+    groups,
+    task_class,
+    top_level_keys,
+)
 from morlfed.resume import resume_command
 from morlfed.runstatus import describe_run_dir
 from morlfed.settings import ConfigError, check_setting
-from morlfed.tasks.base import Task
 
-CONF_DIR = Path(__file__).parent / "conf"
-#: The groups a command line adds with ``+`` (``+experiment=NAME``); the others are chosen by default.
-ADDED_GROUPS = ("experiment", "variant")
 #: Nodes whose keys are keyword arguments passed on as they are (to stable-baselines3, to the
 #: environment's constructor): ``+`` may add keys below them.
 OPEN_NODES = ("env.agent_kwargs", "env.env_kwargs")
 #: Flags with which hydra shows something and runs nothing.
 SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
-
-
-@cache
-def task_class(name: str) -> type[Task]:
-    """The class of task ``name``, named by ``_target_`` in ``conf/task/<name>.yaml``."""
-    node = OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")
-    return get_class(node.task._target_ if "task" in node else node._target_)
-
-
-def default_task() -> str:
-    """The ``task`` option of ``conf/config.yaml``'s defaults list."""
-    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
-    return next(d["task"] for d in defaults if isinstance(d, dict) and "task" in d)  # type: ignore[union-attr]
-
-
-@cache
-def search_path() -> tuple[Path, ...]:
-    """The config folders hydra searches: ``conf/`` and each ``pkg://`` entry of ``hydra.searchpath``.
-
-    A task's config groups may live beside its code (the RL task's ``env`` group in envs/conf/):
-    the root config names their packages, so this module knows no group's home.
-    """
-    entries = OmegaConf.load(CONF_DIR / "config.yaml").hydra.searchpath
-    folders = [CONF_DIR]
-    for entry in entries:
-        # the folder of package a.b.c, found without importing a.b (finding a.b.c would import it)
-        top, *rest = str(entry).removeprefix("pkg://").split(".")
-        spec = importlib.util.find_spec(top)
-        folders.append(Path(spec.submodule_search_locations[0], *rest))  # type: ignore[union-attr, index]
-    return tuple(folders)
-
-
-@cache
-def groups() -> tuple[str, ...]:
-    """The config groups on morlfed's search path: every folder of YAML options in it (conf/algo, ...)."""
-    return tuple(
-        sorted({d.name for folder in search_path() for d in folder.iterdir() if d.is_dir() and any(d.glob("*.yaml"))})
-    )
-
-
-def group_folder(group: str) -> Path:
-    """The folder of config group ``group`` on the search path (the first that has it).
-
-    :raises ValueError: no folder on the search path has the group
-    """
-    for folder in search_path():
-        if (folder / group).is_dir():
-            return folder / group
-    raise ValueError(f"no config group {group!r} on the search path {', '.join(map(str, search_path()))}")
-
-
-def group_options(group: str) -> list[str]:
-    """The options of a config group (one of :func:`groups`) on morlfed's search path."""
-    return sorted(p.stem for p in group_folder(group).glob("*.yaml"))
-
-
-def top_level_keys() -> set[str]:
-    """Every key a run's ``config.yaml`` may hold at its top.
-
-    ``conf/config.yaml``'s settings, the config groups, and what a task adds (vision: ``data``,
-    ``model``).
-    """
-    keys = set(OmegaConf.load(CONF_DIR / "config.yaml")) - {"defaults", "hydra"}
-    return keys | (set(groups()) - set(ADDED_GROUPS))
-
-
-def help_groups() -> str:
-    """The ``--help`` list of config groups, one ``group: options`` line each.
-
-    Hydra's own list misses ``env``, whose configs come in through the search path.
-    """
-    return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in groups())
 
 
 def parse(argv: list[str]) -> list[Override]:

@@ -36,11 +36,12 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from morlfed.checkpoint import Checkpointer, checkpoint_round
+from morlfed.config_groups import group_options, help_groups, task_class
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, participants_for
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
-from morlfed.overrides import check_creatable, check_new_run_dir, group_options, help_groups, precheck_argv, task_class
+from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
 from morlfed.progress import counted

@@ -17,7 +17,8 @@ from conftest import compose_config
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from morlfed.analysis.evaluate import main as evaluate
-from morlfed.run import build_plan, group_options
+from morlfed.config_groups import group_options
+from morlfed.run import build_plan
 
 EXPERIMENTS = group_options("experiment")
 #: Jobs per experiment at its own sweep (seeds included), and the paper rows it covers.

@@ -1,4 +1,4 @@
-"""Tests of morlfed.preferences: simplex rows, shapes, determinism, each distribution, errors."""
+"""Tests of morlfed.tasks.rl.preferences: simplex rows, shapes, determinism, each distribution, errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from morlfed.preferences import (
+from morlfed.tasks.rl.preferences import (
     DISTRIBUTIONS,
     dirichlet,
     equidistant,
@@ -250,7 +250,7 @@ def test_rng_must_be_a_generator() -> None:
 
 
 def test_fixed_weights_broadcast_and_validation():
-    from morlfed.preferences import fixed
+    from morlfed.tasks.rl.preferences import fixed
 
     np.testing.assert_array_equal(fixed(3, 2, [[0.2, 0.8]]), [[0.2, 0.8]] * 3)
     np.testing.assert_array_equal(fixed(2, 2, [[1, 0], [0, 1]]), [[1, 0], [0, 1]])

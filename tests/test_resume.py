@@ -31,13 +31,13 @@ from morlfed.envs import get_spec
 from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
 from morlfed.interrupt import RunStopped
-from morlfed.preferences import sample_preferences
 from morlfed.protocol import FitResult, FitTask
 from morlfed.resume import branch_point, resume_argv, sibling_source
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import generator
 from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
+from morlfed.tasks.rl.preferences import sample_preferences
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = get_spec("deep-sea-treasure")

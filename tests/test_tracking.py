@@ -21,12 +21,11 @@ from conftest import compose_config
 from matplotlib.figure import Figure
 
 from morlfed import envs
-from morlfed.federation import round_line
 from morlfed.figures import save_figure
 from morlfed.protocol import FitResult, FitTask
 from morlfed.run import ConfigError, build_plan
 from morlfed.tasks.rl.client import RLClient
-from morlfed.tracking import Tracker, flat_scalars, round_scalars, tracker_class
+from morlfed.tracking import Tracker, flat_scalars, round_line, round_scalars, tracker_class
 
 TINY = ["n_clients=3", "rounds=2", "local_steps=300", "progress=false"]
 

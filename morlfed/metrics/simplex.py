@@ -4,7 +4,7 @@ The lattice of ``p`` partitions on the ``m``-simplex is every point whose coordi
 multiples of ``1/p`` (Das and Dennis, 1998): integer compositions of ``p``, divided by ``p``. No
 random numbers and no third-party construction, so the points are the same with every version of
 numpy or pymoo: the expected utility's weights (:func:`morlfed.metrics.equally_spaced_weights`)
-and the lattice of the ``equidistant`` preferences (:func:`morlfed.preferences.equidistant`)
+and the lattice of the ``equidistant`` preferences (:func:`morlfed.tasks.rl.preferences.equidistant`)
 depend on nothing else.
 """
 

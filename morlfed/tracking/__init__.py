@@ -149,3 +149,29 @@ def round_scalars(
     for cid, result in sorted(ok.items()):
         out |= flat_scalars({**result.metrics, **result.learner_stats}, f"client_{cid}/")
     return out
+
+
+def round_line(rnd: int, rounds: int, scalars: dict[str, float]) -> str:
+    """A round's summary line for ``run.log``, from its :func:`~morlfed.tracking.round_scalars`.
+
+    :param rnd: the round
+    :param rounds: the run's rounds
+    :param scalars: the round's scalars
+    """
+    parts = [f"round {rnd}/{rounds}:"]
+    if "train/reward_mean" in scalars:
+        parts.append(
+            f"scalarised training reward mean {scalars['train/reward_mean']:.4g} "
+            f"(min {scalars['train/reward_min']:.4g}, max {scalars['train/reward_max']:.4g}),"
+        )
+    parts.append(
+        f"{scalars['federation/aggregated']:.0f}/{scalars['federation/participants']:.0f} aggregated, "
+        f"{scalars['federation/failed']:.0f} failed,"
+    )
+    if "federation/n_clusters" in scalars:
+        k = int(scalars["federation/n_clusters"])
+        parts.append(f"{k} cluster{'s' if k != 1 else ''},")
+    if "eval/mean_scalarised" in scalars:
+        parts.append(f"deployed models' mean scalarised evaluation {scalars['eval/mean_scalarised']:.4g},")
+    parts.append(f"{scalars['federation/seconds']:.1f} s")
+    return " ".join(parts)

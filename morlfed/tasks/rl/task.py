@@ -16,7 +16,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from morlfed.envs import EnvSpec
 from morlfed.federation import FederationConfig, FederationOutcome
-from morlfed.preferences import DISTRIBUTIONS, sample_preferences
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import generator
 from morlfed.tasks.base import RunInfo, Task
@@ -24,6 +23,7 @@ from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory
 from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.precision import resolve_precision
+from morlfed.tasks.rl.preferences import DISTRIBUTIONS, sample_preferences
 
 
 def _sb3_factory() -> type[RLFactory]:

@@ -1,0 +1,95 @@
+"""The config groups on morlfed's search path, their folders and options, and the task classes.
+
+Hydra composes a run from ``conf/`` and the folders the root config's ``hydra.searchpath`` names
+(``envs/conf`` for the RL task's ``env`` group). These functions read the same folders without
+composing anything, for the command line's checks (:mod:`morlfed.overrides`), ``--help`` and the
+analysis' variant labels; they know no group's home but what the root config says.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from pathlib import Path
+
+from hydra.utils import get_class
+from omegaconf import OmegaConf
+
+from morlfed.tasks.base import Task
+
+#: morlfed's own config folder (the root config, config.yaml, and its groups)
+CONF_DIR = Path(__file__).parent / "conf"
+#: The groups a command line adds with ``+`` (``+experiment=NAME``); the others are chosen by default.
+ADDED_GROUPS = ("experiment", "variant")
+
+
+@cache
+def task_class(name: str) -> type[Task]:
+    """The class of task ``name``, named by ``_target_`` in ``conf/task/<name>.yaml``."""
+    node = OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")
+    return get_class(node.task._target_ if "task" in node else node._target_)
+
+
+def default_task() -> str:
+    """The ``task`` option of ``conf/config.yaml``'s defaults list."""
+    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
+    return next(d["task"] for d in defaults if isinstance(d, dict) and "task" in d)  # type: ignore[union-attr]
+
+
+@cache
+def search_path() -> tuple[Path, ...]:
+    """The config folders hydra searches: ``conf/`` and each ``pkg://`` entry of ``hydra.searchpath``.
+
+    A task's config groups may live beside its code (the RL task's ``env`` group in envs/conf/):
+    the root config names their packages, so this module knows no group's home.
+    """
+    entries = OmegaConf.load(CONF_DIR / "config.yaml").hydra.searchpath
+    folders = [CONF_DIR]
+    for entry in entries:
+        # the folder of package a.b.c, found without importing a.b (finding a.b.c would import it)
+        top, *rest = str(entry).removeprefix("pkg://").split(".")
+        spec = importlib.util.find_spec(top)
+        folders.append(Path(spec.submodule_search_locations[0], *rest))  # type: ignore[union-attr, index]
+    return tuple(folders)
+
+
+@cache
+def groups() -> tuple[str, ...]:
+    """The config groups on morlfed's search path: every folder of YAML options in it (conf/algo, ...)."""
+    return tuple(
+        sorted({d.name for folder in search_path() for d in folder.iterdir() if d.is_dir() and any(d.glob("*.yaml"))})
+    )
+
+
+def group_folder(group: str) -> Path:
+    """The folder of config group ``group`` on the search path (the first that has it).
+
+    :raises ValueError: no folder on the search path has the group
+    """
+    for folder in search_path():
+        if (folder / group).is_dir():
+            return folder / group
+    raise ValueError(f"no config group {group!r} on the search path {', '.join(map(str, search_path()))}")
+
+
+def group_options(group: str) -> list[str]:
+    """The options of a config group (one of :func:`groups`) on morlfed's search path."""
+    return sorted(p.stem for p in group_folder(group).glob("*.yaml"))
+
+
+def top_level_keys() -> set[str]:
+    """Every key a run's ``config.yaml`` may hold at its top.
+
+    ``conf/config.yaml``'s settings, the config groups, and what a task adds (vision: ``data``,
+    ``model``).
+    """
+    keys = set(OmegaConf.load(CONF_DIR / "config.yaml")) - {"defaults", "hydra"}
+    return keys | (set(groups()) - set(ADDED_GROUPS))
+
+
+def help_groups() -> str:
+    """The ``--help`` list of config groups, one ``group: options`` line each.
+
+    Hydra's own list misses ``env``, whose configs come in through the search path.
+    """
+    return "\n".join(f"{group}: {', '.join(group_options(group))}" for group in groups())
