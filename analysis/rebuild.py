@@ -26,13 +26,14 @@ import pandas as pd
 from morlfed.analysis.arguments import add_table_arguments, check_table_arguments
 from morlfed.analysis.campaign import Campaign
 from morlfed.analysis.comparison import write_comparison
+from morlfed.commands import python
 
 PROG = "analysis.rebuild"
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=f"python -m {PROG}",
+        prog=python("-m", f"morlfed.{PROG}"),
         description="Rewrite stats.csv and comparison.md of folders written by analysis.evaluate from their "
         "summary.csv (and vision_summary.csv) alone.",
     )

@@ -357,4 +357,5 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(whole, tmp_path):
     assert [r["round"] for r in resumed_rows] == ["1", "2", "3", "4"]
     assert resumed_rows[: len(done_rows)] == done_rows  # rounds up to the checkpoint were not rerun (same timings)
     assert [r["mean_train_reward"] for r in resumed_rows] == [r["mean_train_reward"] for r in rows(whole_dir)]
-    assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["round_4"]
+    # checkpoint_every=1 keeps every round's checkpoint, those before the kill included
+    assert sorted(p.name for p in (killed / "checkpoints").iterdir()) == ["round_1", "round_2", "round_3", "round_4"]

@@ -87,7 +87,7 @@ def test_multirun_comparison_matches_per_run_metrics(sweep, tmp_path):
     ]
 
     done = subprocess.run(
-        [sys.executable, "-m", "analysis.evaluate", str(sweep)], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "morlfed.analysis.evaluate", str(sweep)], cwd=ROOT, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
     assert "evaluated 4 runs (0 skipped, discounted returns)" in done.stdout
