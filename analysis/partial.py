@@ -61,7 +61,8 @@ class PartialRun:
     @property
     def dist(self) -> str:
         """The preference distribution (RL) or label partition (vision)."""
-        return str((self.config.get("dist") or {}).get("name", "?"))
+        node = self.config.get("partition") or self.config.get("dist")  # vision: partition (before 2026-11-27: dist)
+        return str((node or {}).get("name", "?"))
 
     @property
     def seed(self) -> int:

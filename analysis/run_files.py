@@ -28,7 +28,7 @@ from morlfed.runstatus import read_stopped
 #: Keys ``metrics.json`` must hold for a run to be compared.
 INFO_KEYS: tuple[str, ...] = ("algo", "label", "env", "dist", "seed", "finetune")
 #: Keys the ``metrics.json`` of a vision run must hold.
-VISION_INFO_KEYS: tuple[str, ...] = ("task", "algo", "label", "data", "dist", "seed", "finetune")
+VISION_INFO_KEYS: tuple[str, ...] = ("task", "algo", "label", "data", "partition", "seed", "finetune")
 
 
 class RunDirError(ValueError):
@@ -65,6 +65,8 @@ def read_info(path: Path) -> dict[str, Any]:
         raise RunDirError(path, f"malformed metrics.json: {exc}") from None
     if not isinstance(info, dict):
         raise RunDirError(path, "malformed metrics.json: not a JSON object")
+    if info.get("task") == "vision" and "partition" not in info and "dist" in info:
+        info["partition"] = info.pop("dist")  # a vision run from before the partition group had its own name
     missing = [k for k in (VISION_INFO_KEYS if info.get("task") == "vision" else INFO_KEYS) if k not in info]
     if missing:
         raise RunDirError(path, f"malformed metrics.json: missing key(s) {missing}")

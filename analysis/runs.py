@@ -77,8 +77,8 @@ class RunIdentity:
 
     @property
     def dist(self) -> str:
-        """Preference distribution (RL) or label partition (vision) name."""
-        return str(self.info["dist"])
+        """How the clients differ: the preference distribution (RL, ``dist``) or label partition (vision)."""
+        return str(self.info["partition"] if self.info.get("task") == "vision" else self.info["dist"])
 
     @property
     def seed(self) -> int:

@@ -30,12 +30,6 @@ def task_class(name: str) -> type[Task]:
     return get_class(node.task._target_ if "task" in node else node._target_)
 
 
-def default_task() -> str:
-    """The ``task`` option of ``conf/config.yaml``'s defaults list."""
-    defaults = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "config.yaml").defaults)
-    return next(d["task"] for d in defaults if isinstance(d, dict) and "task" in d)  # type: ignore[union-attr]
-
-
 @cache
 def search_path() -> tuple[Path, ...]:
     """The config folders hydra searches: ``conf/`` and each ``pkg://`` entry of ``hydra.searchpath``.
@@ -80,11 +74,12 @@ def group_options(group: str) -> list[str]:
 def top_level_keys() -> set[str]:
     """Every key a run's ``config.yaml`` may hold at its top.
 
-    ``conf/config.yaml``'s settings, the config groups, and what a task adds (vision: ``data``,
-    ``model``).
+    ``conf/config.yaml``'s settings, the settings each task's config adds (RL: ``precision``,
+    ``device``), and the config groups (a task's groups included: ``env``, ``data``, ...).
     """
-    keys = set(OmegaConf.load(CONF_DIR / "config.yaml")) - {"defaults", "hydra"}
-    return keys | (set(groups()) - set(ADDED_GROUPS))
+    configs = [CONF_DIR / "config.yaml", *sorted(group_folder("task").glob("*.yaml"))]
+    keys = {str(key) for path in configs for key in OmegaConf.load(path)} - {"defaults", "hydra", "task"}
+    return keys | {"task"} | (set(groups()) - set(ADDED_GROUPS))
 
 
 def help_groups() -> str:

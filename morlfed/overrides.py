@@ -8,10 +8,11 @@ nothing reads (``+evn=...`` runs the default environment, ``+n_client=5`` is ign
 taken as whatever it parses to (``finetune=maybe``); and the output directory is created, and
 hydra's files written into it, even when it holds another run. :func:`precheck_argv` refuses, first:
 
-* an unknown option of a config group, or a group of another task than the selected one;
+* an unknown option of a config group, or a group that the selected task does not compose (hydra's message);
 * an override of a key that the configuration composed with the command line's groups does not
   have, with or without ``+`` (:func:`check_overrides`), with the closest valid keys suggested;
-  ``+`` adds keys only below :data:`OPEN_NODES`, whose keys are passed on as they are;
+  ``+`` adds keys only below the selected task's ``open_nodes`` (RL: ``env.agent_kwargs``), whose
+  keys are passed on as they are;
 * a top-level setting's value of the wrong type or range (:mod:`morlfed.settings`), every value of
   a sweep;
 * an output directory that cannot be created, or a ``hydra.run.dir`` that holds another run or
@@ -43,7 +44,6 @@ from morlfed.commands import python
 from morlfed.config_groups import (
     ADDED_GROUPS,
     CONF_DIR,
-    default_task,
     group_folder,
     group_options,
     groups,
@@ -54,9 +54,6 @@ from morlfed.resume import resume_command
 from morlfed.runstatus import describe_run_dir
 from morlfed.settings import ConfigError, check_setting
 
-#: Nodes whose keys are keyword arguments passed on as they are (to stable-baselines3, to the
-#: environment's constructor): ``+`` may add keys below them.
-OPEN_NODES = ("env.agent_kwargs", "env.env_kwargs")
 #: Flags with which hydra shows something and runs nothing.
 SHOW_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
 
@@ -110,31 +107,23 @@ def _group(override: Override) -> str | None:
 
 
 def _check_groups(overrides: list[Override]) -> None:
-    """Known options, ``+`` where (and only where) a group needs it, groups of the selected task."""
-    chosen = [o for o in overrides if o.key_or_group == "task" and not o.is_delete()]
-    selected = str(_values(chosen[-1])[0]) if chosen and _values(chosen[-1]) else default_task()
-    if selected not in group_options("task"):
-        selected = default_task()
+    """Known options, and ``+`` where (and only where) a group needs it.
+
+    A group that the selected task's config does not bring (``env=`` with ``task=vision``) is left
+    to hydra, whose message names it: no group belongs to a task here.
+    """
     for override in overrides:
         group, line = _group(override), _line(override)
         if group is None:
-            owners = [t for t in group_options("task") if override.key_or_group.split(".")[0] in task_class(t).groups]
-        else:
-            valid = group_options(group)
-            for option in _values(override):
-                if option is not None and str(option) not in valid:
-                    raise ConfigError(f"unknown {group} {str(option)!r}; valid: {', '.join(valid)}")
-            if group in ADDED_GROUPS and not override.is_add():
-                raise ConfigError(f"{line}: {group} is added to the configuration: write +{line}")
-            if group not in ADDED_GROUPS and override.is_add():
-                raise ConfigError(f"{line}: {group}= is chosen by default: write {line.lstrip('+')}")
-            owners = [t for t in group_options("task") if group in task_class(t).groups]
-        if owners and selected not in owners and not override.is_delete():
-            owner, key = owners[0], override.key_or_group.split(".")[0]
-            raise ConfigError(
-                f"{key}= is a setting of task={owner}; task={selected} takes "
-                f"{', '.join(g + '=' for g in task_class(selected).groups)} (or add task={owner}: task={owner} {line})"
-            )
+            continue
+        valid = group_options(group)
+        for option in _values(override):
+            if option is not None and str(option) not in valid:
+                raise ConfigError(f"unknown {group} {str(option)!r}; valid: {', '.join(valid)}")
+        if group in ADDED_GROUPS and not override.is_add():
+            raise ConfigError(f"{line}: {group} is added to the configuration: write +{line}")
+        if group not in ADDED_GROUPS and override.is_add():
+            raise ConfigError(f"{line}: {group}= is chosen by default: write {line.lstrip('+')}")
 
 
 def _composed(overrides: list[Override]) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
@@ -227,10 +216,10 @@ def _option_node(group: str, option: str) -> Any:
 
 
 def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str]) -> None:
-    """The key of a value override exists in ``tree``; ``+`` adds one only below :data:`OPEN_NODES`."""
+    """The key of a value override exists in ``tree``; ``+`` adds one only below the task's ``open_nodes``."""
     key, line = override.key_or_group, _line(override)
     exists = _has(tree, key)
-    open_node = any(key.startswith(f"{node}.") for node in OPEN_NODES)
+    open_node = any(key.startswith(f"{node}.") for node in task_class(choices["task"]).open_nodes)
     if override.is_add() and exists:
         raise ConfigError(f"{line} adds a key, but {key} exists: write {line.lstrip('+')}")
     if override.is_add() and open_node:
@@ -267,7 +256,7 @@ def _check_overrides(overrides: list[Override]) -> None:
                     check_setting(override.key_or_group, value)
                 except ValueError as exc:
                     raise ConfigError(str(exc)) from exc
-    if settings:
+    if any(not o.is_hydra_override() for o in overrides):  # a group another task brings fails to compose
         for tree, choices in _composed(overrides):
             for override in settings:
                 _check_key(override, tree, choices)

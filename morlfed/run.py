@@ -36,7 +36,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from morlfed.checkpoint import Checkpointer, checkpoint_round
-from morlfed.config_groups import group_options, help_groups, task_class
+from morlfed.config_groups import help_groups, task_class
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, participants_for
@@ -87,17 +87,8 @@ class Plan:
 
     @property
     def name(self) -> str:
-        """The run's name for trackers and ``run.log``: ``<env or data>/<label>/<dist>/seed<seed>``."""
-        return f"{self.task.describe()}/{self.run.label}/{self.run.dist}/seed{self.fed.seed}"
-
-
-def check_dist(task: type[Task], dist: str) -> None:
-    """Reject a ``dist`` option that belongs to another task, naming both tasks' options."""
-    if dist in task.dists:
-        return
-    owners = [task_class(o) for o in group_options("task") if dist in task_class(o).dists]
-    what = f"a {owners[0].dist_kind} of task={owners[0].name}" if owners else "not a known option"
-    raise ConfigError(f"dist={dist} is {what}; task={task.name} {task.dist_use} dist={' | '.join(task.dists)}")
+        """The run's name for trackers and ``run.log``: ``<env or data>/<label>/<dist or partition>/seed<seed>``."""
+        return f"{self.task.describe()}/{self.run.label}/{self.run.heterogeneity}/seed{self.fed.seed}"
 
 
 def build_plan(cfg: DictConfig) -> Plan:
@@ -109,7 +100,6 @@ def build_plan(cfg: DictConfig) -> Plan:
         raise ConfigError(str(exc)) from exc
     n, rounds, steps = cfg.n_clients, cfg.rounds, cfg.local_steps
     kind = task_class(cfg.task.name)
-    check_dist(kind, cfg.dist.name)
     try:
         task = kind.from_config(cfg, n, cfg.seed)
     except (ValueError, TypeError) as exc:
@@ -161,7 +151,13 @@ def build_plan(cfg: DictConfig) -> Plan:
         budget_unit=kind.budget_unit,
     )
     run = RunInfo(
-        choices["algo"], fed.finetune, choices["dist"], fed, parallelism=parallelism.record(), code=code_version()
+        choices["algo"],
+        fed.finetune,
+        kind.heterogeneity,
+        choices[kind.heterogeneity],
+        fed,
+        parallelism=parallelism.record(),
+        code=code_version(),
     )
     tracker_options: dict[str, Any] = OmegaConf.to_container(cfg.logger, resolve=True)  # type: ignore[assignment]
     try:
@@ -212,12 +208,13 @@ def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, 
     log.info("command line: %s", " ".join(hydra_cfg.overrides.task) or "(defaults)")
     log.info("code: %s", describe_code(plan.run.code))
     log.info(
-        "task=%s algo=%s finetune=%s dist=%s seed=%d n_clients=%d rounds=%d local_steps=%d participation=%g "
+        "task=%s algo=%s finetune=%s %s=%s seed=%d n_clients=%d rounds=%d local_steps=%d participation=%g "
         "eval_every=%d executor=%s workers=%s torch_threads=%d logger=%s",
         cfg.task.name,
         plan.run.algo,
         fed.finetune,
-        plan.run.dist,
+        plan.run.heterogeneity_group,
+        plan.run.heterogeneity,
         fed.seed,
         fed.n_clients,
         fed.rounds,

@@ -115,3 +115,19 @@ def test_each_strategy_explains_its_own_model_column() -> None:
     personal_or_clustered = ("fedpref", "cfl", "matfl", "ifca", "fedfew", "fedmhc", "fedpg", "local")
     assert all(notes[algo] != Strategy.model_id_note for algo in personal_or_clustered)
     assert "cluster" in notes["fedpref"] and "cluster" in notes["cfl"] and "own id" in notes["local"]
+
+
+def test_each_task_composes_its_own_groups_and_no_other_tasks() -> None:
+    rl, vision = compose_config([]), compose_config(["task=vision"])
+    assert {"env", "dist", "engine", "precision", "device"} <= set(rl) and not {"data", "model", "partition"} & set(rl)
+    assert {"data", "model", "partition"} <= set(vision)
+    assert not {"env", "dist", "engine", "precision", "device"} & set(vision)
+    assert (rl.n_clients, rl.rounds, rl.local_steps) == (rl.env.n_clients, rl.env.rounds, rl.env.local_steps)
+
+
+def test_the_vision_job_config_lists_no_rl_setting(morlfed_cli) -> None:
+    done = morlfed_cli(["task=vision", "--cfg", "job"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    top = {line.split(":")[0] for line in done.stdout.splitlines() if line and not line.startswith((" ", "#"))}
+    assert {"task", "data", "model", "partition", "n_clients"} <= top
+    assert not {"env", "engine", "dist", "precision", "device"} & top

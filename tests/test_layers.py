@@ -144,12 +144,8 @@ def test_a_misplaced_import_is_caught() -> None:
 CORE = ("foundation", "machinery", "federation", "task seam", "entry")
 
 
-@pytest.mark.parametrize("module", [m for m in source_files() if place(m)[1] in CORE])
-def test_core_code_names_no_strategy(module: str) -> None:
-    """Strategies come in through configs (``_target_``): core code never spells one's name.
-
-    Docstrings and comments may name them as examples; string constants and identifiers may not.
-    """
+def code_strings(module: str) -> list[str]:
+    """The string constants (docstrings excepted) and identifiers of ``module``'s code."""
     tree = ast.parse(source_files()[module].read_text())
     docstrings = {
         id(node.body[0].value)  # type: ignore[attr-defined]
@@ -157,13 +153,37 @@ def test_core_code_names_no_strategy(module: str) -> None:
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
         and ast.get_docstring(node, clean=False) is not None
     }
+    texts = []
     for node in ast.walk(tree):
-        text: str | None = None
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            text = node.value
+            texts.append(node.value)
         elif isinstance(node, ast.Name):
-            text = node.id
-        assert not (text and STRATEGY_NAMES.search(text)), f"{module}: names a strategy: {text!r}"
+            texts.append(node.id)
+    return texts
+
+
+@pytest.mark.parametrize("module", [m for m in source_files() if place(m)[1] in CORE])
+def test_core_code_names_no_strategy(module: str) -> None:
+    """Strategies come in through configs (``_target_``): core code never spells one's name.
+
+    Docstrings and comments may name them as examples; string constants and identifiers may not.
+    """
+    for text in code_strings(module):
+        assert not STRATEGY_NAMES.search(text), f"{module}: names a strategy: {text!r}"
+
+
+TASK_WORDS = re.compile(r"\b(rl|vision|env|envs|engine|dist|partition)\b")
+#: the core without the metric library, which is multi-objective by nature (returns, preferences)
+TASK_FREE = tuple(
+    m for m in source_files() if place(m)[1] in CORE and not m.startswith(("morlfed.metrics", "morlfed.figures"))
+)
+
+
+@pytest.mark.parametrize("module", TASK_FREE)
+def test_core_code_names_no_task_and_no_task_group(module: str) -> None:
+    """The core composes tasks through ``conf/task/<name>.yaml``: no ``rl``, ``env`` or ``dist`` in its code."""
+    for text in code_strings(module):
+        assert not TASK_WORDS.search(text), f"{module}: names a task or a task's config group: {text!r}"
 
 
 def test_no_source_file_is_over_450_lines() -> None:

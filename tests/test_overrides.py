@@ -64,7 +64,7 @@ ACCEPTED = [
     ["executor=process", "executor.workers=2", "torch_threads=auto", "finetune=true"],
     ["-m", "algo=fedavg,fedfew", "seed=range(0,3)", "participation=0.5,1"],
     ["-m", "+experiment=comparison", "env=deep-sea-treasure"],
-    ["task=vision", "data=digits", "model=cnn", "dist=pathological", "dist.classes_per_client=2"],
+    ["task=vision", "data=digits", "model=cnn", "partition=pathological", "partition.classes_per_client=2"],
     ["rounds=${env.rounds}", "hydra.run.dir=/tmp/x", "--cfg", "job"],
 ]
 

@@ -71,7 +71,7 @@ def test_every_strategy_writes_a_complete_vision_run(sweep, algo):
     assert final[list(ACCURACIES)].stack().between(0, 100).all()
     np.testing.assert_array_equal(final["n_train"], hist["n_train"])
     metrics = json.loads((path / "metrics.json").read_text())
-    assert (metrics["task"], metrics["algo"], metrics["data"], metrics["model"], metrics["dist"]) == (
+    assert (metrics["task"], metrics["algo"], metrics["data"], metrics["model"], metrics["partition"]) == (
         "vision",
         algo,
         "digits",
@@ -127,20 +127,17 @@ def test_analysis_evaluate_tables_vision_runs(sweep, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (
-            ["task=vision", "dist=equidistant"],
-            "dist=equidistant is a preference distribution of task=rl; task=vision partitions data with dist=dirichlet | pathological | iid",
-        ),
-        (
-            ["dist=pathological"],
-            "dist=pathological is a data partition of task=vision; task=rl draws preferences with dist=",
-        ),
+        # the RL task's groups are not in a vision run's configuration, and the other way round
+        (["task=vision", "dist=equidistant"], "Could not override 'dist'. No match in the defaults list."),
+        (["task=vision", "env=minecart"], "Could not override 'env'. No match in the defaults list."),
+        (["partition=pathological"], "Could not override 'partition'. No match in the defaults list."),
+        (["dist=pathological"], "unknown dist 'pathological'; valid: dirichlet, equidistant, fixed, gaussian, groups"),
         (
             ["task=vision", "data=mnist", "data.root=ROOT"],
             "dataset mnist not found: ROOT/MNIST/raw lacks train-images-idx3-ubyte",
         ),
         (
-            ["task=vision", "n_clients=100", "dist.alpha=0.01", "data.min_samples=15", "data.max_retries=2"],
+            ["task=vision", "n_clients=100", "partition.alpha=0.01", "data.min_samples=15", "data.max_retries=2"],
             "dirichlet: no draw in 2 attempts (data.max_retries) gave every one of 100 clients at least data.min_samples=15",
         ),
     ],

@@ -89,7 +89,7 @@ def test_dirichlet_gives_every_client_min_samples_or_a_clear_error():
         "dirichlet", LABELS, 20, generator(3, "partition"), alpha=0.5, min_samples=25, max_retries=200
     )
     assert min(len(tr) + len(te) for tr, te in zip(part.train, part.test)) >= 25  # a draw succeeds ~15% of the time
-    with pytest.raises(PartitionError, match=r"no draw in 3 attempts .* raise dist.alpha, lower data.min_samples"):
+    with pytest.raises(PartitionError, match=r"no draw in 3 attempts .* raise partition.alpha, lower data.min_samples"):
         make_partition("dirichlet", LABELS, 100, generator(3, "partition"), alpha=0.01, min_samples=10, max_retries=3)
 
 

@@ -27,7 +27,8 @@ class RunInfo:
 
     :param algo: the strategy's config name
     :param finetune: the "+FT" variant
-    :param dist: the ``dist`` option
+    :param heterogeneity_group: the task's group that says how its clients differ (:attr:`Task.heterogeneity`)
+    :param heterogeneity: that group's option (RL: the preference distribution, vision: the partition)
     :param fed: the loop's settings (seed, clients, rounds, local steps)
     :param branched_from: the run this one branched from, if any
     :param parallelism: the executor, workers, torch threads, cores and processor the run used
@@ -37,7 +38,8 @@ class RunInfo:
 
     algo: str
     finetune: bool
-    dist: str
+    heterogeneity_group: str
+    heterogeneity: str
     fed: FederationConfig
     branched_from: Path | None = None
     parallelism: dict[str, Any] = field(default_factory=dict)
@@ -51,13 +53,18 @@ class RunInfo:
     def fields(self, **task_fields: Any) -> dict[str, Any]:
         """The identity as stored first in ``metrics.json``.
 
-        In order: algo, finetune, label, the task's own fields (environment, dataset, ...), dist,
-        seed, clients, rounds, local steps, then the executor, workers, torch threads, cores and
+        In order: algo, finetune, label, the task's own fields (environment, dataset, ...), how the
+        clients differ (``dist`` or ``partition``: :attr:`heterogeneity_group`), seed, clients, rounds, local steps, then the executor, workers, torch threads, cores and
         processor the run used, and the code that ran.
         """
         fed = self.fed
         out = {"algo": self.algo, "finetune": self.finetune, "label": self.label, **task_fields}
-        out |= {"dist": self.dist, "seed": fed.seed, "n_clients": fed.n_clients, "rounds": fed.rounds}
+        out |= {
+            self.heterogeneity_group: self.heterogeneity,
+            "seed": fed.seed,
+            "n_clients": fed.n_clients,
+            "rounds": fed.rounds,
+        }
         out["local_steps"] = fed.local_steps
         return out | self.parallelism | {"code": self.code}
 
@@ -69,23 +76,22 @@ class RunInfo:
 class Task(ABC):
     """A kind of federated problem.
 
-    Class attributes, read from the command line before hydra composes the config:
+    Its config, ``conf/task/<name>.yaml``, brings the task's own groups (RL: ``env``, ``dist``,
+    ``engine``; vision: ``data``, ``model``, ``partition``), so that no other task composes them.
 
-    :cvar groups: config groups that only this task reads (``env`` for RL; ``data``, ``model``
-        for vision); naming one under another task is an error
-    :cvar dists: the ``dist`` options this task accepts
-    :cvar dist_kind: what a ``dist`` option is for this task ("preference distribution")
-    :cvar dist_use: how the task uses it ("draws preferences with")
+    :cvar heterogeneity: the task's config group that says how its clients differ (``dist``: the
+        preference distribution; ``partition``: the label partition); its option is part of the
+        run's identity (``metrics.json``, the tables' rows)
+    :cvar open_nodes: nodes of the task's config whose keys are keyword arguments passed on as they
+        are (to stable-baselines3, to an environment's constructor): ``+`` may add keys below them
     :cvar round_metrics: client training metrics whose round mean goes to ``rounds.csv``
     :cvar budget_unit: what ``local_steps`` counts (``env steps``, ``epochs``), as the progress
         bar and the launch summary name it
     """
 
     name: ClassVar[str]
-    groups: ClassVar[tuple[str, ...]] = ()
-    dists: ClassVar[tuple[str, ...]] = ()
-    dist_kind: ClassVar[str] = ""
-    dist_use: ClassVar[str] = ""
+    heterogeneity: ClassVar[str]
+    open_nodes: ClassVar[tuple[str, ...]] = ()
     round_metrics: ClassVar[tuple[str, ...]] = ()
     budget_unit: ClassVar[str] = "steps"
 

@@ -68,7 +68,7 @@ def write_results(
         front,
         run_dir.path / "front.png",
         objectives=spec.objectives,
-        title=f"{spec.name} / {run.label} / {run.dist} / seed {run.fed.seed} (discounted returns, gamma {spec.gamma:g})",
+        title=f"{spec.name} / {run.label} / {run.heterogeneity} / seed {run.fed.seed} (discounted returns, gamma {spec.gamma:g})",
     )
     metrics = {
         **run.fields(env=spec.name, engine=engine, precision=precision, device=device),

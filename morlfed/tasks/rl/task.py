@@ -23,7 +23,7 @@ from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory
 from morlfed.tasks.rl.factory import RLFactory
 from morlfed.tasks.rl.precision import resolve_precision
-from morlfed.tasks.rl.preferences import DISTRIBUTIONS, sample_preferences
+from morlfed.tasks.rl.preferences import sample_preferences
 
 
 def _sb3_factory() -> type[RLFactory]:
@@ -70,10 +70,8 @@ class RLTask(Task):
     """
 
     name = "rl"
-    groups = ("env", "engine")
-    dists = tuple(DISTRIBUTIONS)
-    dist_kind = "preference distribution"
-    dist_use = "draws preferences with"
+    heterogeneity = "dist"
+    open_nodes = ("env.agent_kwargs", "env.env_kwargs")
     budget_unit = "env steps"
 
     def __init__(

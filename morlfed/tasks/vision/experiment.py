@@ -7,7 +7,7 @@ Configuration (``task=vision``; see ``docs/vision.md``):
 * ``data``: ``name``, ``root``, ``download``, ``test_fraction``, ``min_samples``, ``max_retries``,
   ``batch_size``, ``lr``, ``momentum``, ``s_share``;
 * ``model``: ``name`` (``mlp`` | ``cnn``) and its hyper-parameters;
-* ``dist``: the partition (``dirichlet`` with ``alpha``, ``pathological`` with
+* ``partition``: the partition (``dirichlet`` with ``alpha``, ``pathological`` with
   ``classes_per_client``, ``iid``).
 """
 
@@ -65,7 +65,7 @@ class VisionSetup:
 
     @classmethod
     def from_config(
-        cls, data: dict[str, Any], model: dict[str, Any], dist: dict[str, Any], n_clients: int, seed: int
+        cls, data: dict[str, Any], model: dict[str, Any], split: dict[str, Any], n_clients: int, seed: int
     ) -> VisionSetup:
         """Load the dataset, draw the partition and check the model and training settings.
 
@@ -73,7 +73,7 @@ class VisionSetup:
 
         :param data: the ``data`` node
         :param model: the ``model`` node (``name`` and hyper-parameters)
-        :param dist: the ``dist`` node (``name`` and the partition's options)
+        :param split: the ``partition`` node (``name`` and the partition's options)
         :raises ValueError: any setting that cannot work (the message names it), a missing
             dataset (:class:`~morlfed.tasks.vision.data.DatasetUnavailable`) or an impossible partition
             (:class:`~morlfed.tasks.vision.partition.PartitionError`)
@@ -81,8 +81,8 @@ class VisionSetup:
         unknown = set(data) - DATA_KEYS
         if unknown:
             raise ValueError(f"data: unknown key(s) {sorted(unknown)}; allowed: {sorted(DATA_KEYS)}")
-        dist = dict(dist)
-        name = dist.pop("name")
+        options = dict(split)
+        name = options.pop("name")
         s_share = data.get("s_share", 0.5)
         if not (isinstance(s_share, (int, float)) and not isinstance(s_share, bool) and 0 <= s_share <= 1):
             raise ValueError(f"data.s_share (FedPG's c) must be in [0, 1], got {s_share!r}")
@@ -101,7 +101,7 @@ class VisionSetup:
             test_fraction=data.get("test_fraction", 0.25),
             min_samples=data.get("min_samples", 10),
             max_retries=data.get("max_retries", 100),
-            **dist,
+            **options,
         )
         return cls(dataset, partition, root, download, model_name, model, train, float(s_share))
 

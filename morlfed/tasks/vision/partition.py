@@ -1,6 +1,6 @@
-"""Label-skewed federated partitions of a dataset (``dist=`` for ``task=vision``).
+"""Label-skewed federated partitions of a dataset (``partition=`` for ``task=vision``).
 
-* ``dirichlet`` (``dist.alpha``): for every class, the proportions of its samples that go to the n
+* ``dirichlet`` (``partition.alpha``): for every class, the proportions of its samples that go to the n
   clients are drawn from ``Dirichlet(alpha * ones(n))`` (Hsu et al., 2019); small alpha gives each
   client few dominant classes. A draw that leaves some client with fewer than ``min_samples``
   samples is redrawn, at most ``max_retries`` times, then a :class:`PartitionError` says what to
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-#: Names ``dist=`` accepts for ``task=vision``.
+#: Names ``partition=`` accepts for ``task=vision``.
 PARTITIONS: tuple[str, ...] = ("dirichlet", "pathological", "iid")
 
 
@@ -100,7 +100,7 @@ def dirichlet_shares(
     raise PartitionError(
         f"dirichlet: no draw in {max_retries} attempts (data.max_retries) gave every one of {n_clients} clients "
         f"at least data.min_samples={min_samples} of {len(labels)} samples (alpha={alpha}; the last draw's "
-        f"smallest client had {smallest}); raise dist.alpha, lower data.min_samples, use fewer clients "
+        f"smallest client had {smallest}); raise partition.alpha, lower data.min_samples, use fewer clients "
         f"or raise data.max_retries"
     )
 

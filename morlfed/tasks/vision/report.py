@@ -7,7 +7,7 @@
   model`` (accuracies in percent; ``model`` the deployed model id or cluster, -1 for a "+FT"
   client's own model);
 * ``metrics.json`` (last, only when the run completed): the run's identity (``task: vision``,
-  ``algo``, ``label``, ``data``, ``model``, ``dist``, ``seed``, sizes, wall time) and the
+  ``algo``, ``label``, ``data``, ``model``, ``partition``, ``seed``, sizes, wall time) and the
   ``accuracy`` section of :func:`morlfed.metrics.accuracy_summary`.
 """
 

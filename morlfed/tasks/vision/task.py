@@ -1,6 +1,6 @@
 """The supervised-vision task (``task=vision``): the same strategies on label-skewed image classification.
 
-``data=`` picks the dataset, ``model=`` the classifier, ``dist=`` the partition.
+``data=`` picks the dataset, ``model=`` the classifier, ``partition=`` the label partition.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.vision import report
 from morlfed.tasks.vision.client import VisionClientFactory
 from morlfed.tasks.vision.experiment import VisionSetup
-from morlfed.tasks.vision.partition import PARTITIONS
 
 
 class VisionTask(Task):
@@ -26,10 +25,7 @@ class VisionTask(Task):
     """
 
     name = "vision"
-    groups = ("data", "model")
-    dists = tuple(PARTITIONS)
-    dist_kind = "data partition"
-    dist_use = "partitions data with"
+    heterogeneity = "partition"
     round_metrics = ("train_loss",)
     budget_unit = "epochs"
 
@@ -43,7 +39,7 @@ class VisionTask(Task):
         def node(key: str) -> dict[str, Any]:
             return OmegaConf.to_container(cfg[key], resolve=True)  # type: ignore[return-value]
 
-        setup = VisionSetup.from_config(node("data"), node("model"), node("dist"), n_clients, seed)
+        setup = VisionSetup.from_config(node("data"), node("model"), node("partition"), n_clients, seed)
         return cls(setup)
 
     def describe(self) -> str:
@@ -52,7 +48,7 @@ class VisionTask(Task):
 
     def write_inputs(self, run_dir: RunDirectory, run: RunInfo) -> None:
         """``label_histogram.csv`` and ``label_histogram.png``: each client's labels."""
-        title = f"{self.setup.dataset.name}, dist={run.dist}, {run.fed.n_clients} clients"
+        title = f"{self.setup.dataset.name}, partition={run.heterogeneity}, {run.fed.n_clients} clients"
         report.write_partition(run_dir, self.setup.dataset, self.setup.partition, title)
 
     def client_factory(self, fed: FederationConfig, torch_threads: int) -> VisionClientFactory:
