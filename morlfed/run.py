@@ -359,6 +359,7 @@ def _run(
     """
     plan.run.branched_from = source
     tracker = _start_tracker(plan, cfg, out)
+    completed = False
     _log_start(plan, cfg, out, checkpoint, source)
     for line in launch_summary(plan, out):
         log.info(line)
@@ -390,13 +391,14 @@ def _run(
         metrics = plan.task.write_results(run_dir, outcome, plan.run)
         checkpointer.finish()
         tracker.log_final(plan.fed.rounds, flat_scalars(metrics, "final/"), sorted(out.glob("*.png")))
+        completed = True
     except Exception as exc:
         log.error("the run failed: %s: %s", type(exc).__name__, exc)
         log.info("the failure's traceback", exc_info=True)  # run.log only: hydra prints it on the console
         raise
     finally:
         plan.executor.close()
-        tracker.close()
+        tracker.close(failed=not completed)  # a failure or a stop (Ctrl-C, SIGTERM) is no finished run
     shown = ", ".join(f"{k}={v:.4g}" for k, v in flat_scalars(metrics).items())
     log.info("finished in %.1f s; metrics.json: %s", outcome.seconds, shown)
     plan.task.print_summary(outcome, metrics, out)

@@ -155,3 +155,15 @@ def test_wandb_offline_run_in_the_run_directory(tmp_path: Path):
     assert any(p.stat().st_size > 0 for p in offline.glob("run-*.wandb"))
     with pytest.raises(ValueError, match=r"online, offline or disabled"):
         WandbTracker(tmp_path, "x", {}, mode="shared")
+
+
+@pytest.mark.parametrize("failed, exit_code", [(False, 0), (True, 1)])
+def test_wandb_records_a_failed_or_stopped_run_as_failed(tmp_path: Path, monkeypatch, failed: bool, exit_code: int):
+    pytest.importorskip("wandb")
+    from morlfed.tracking.wandb import WandbTracker
+
+    tracker = WandbTracker(tmp_path, "x", {}, mode="disabled")
+    codes: list[int | None] = []
+    monkeypatch.setattr(tracker.run, "finish", lambda exit_code=None: codes.append(exit_code))
+    tracker.close(failed=failed)
+    assert codes == [exit_code]

@@ -57,8 +57,12 @@ class Tracker:
         :param figures: PNG files of the run directory (``front.png``, ...)
         """
 
-    def close(self) -> None:
-        """Flush everything and release the backend (also after a failed or stopped run)."""
+    def close(self, failed: bool = False) -> None:
+        """Flush everything and release the backend (also after a failed or stopped run).
+
+        :param failed: the run raised or was stopped before it completed; a backend that records a
+            run's outcome records it as failed
+        """
 
 
 def tracker_class(target: str, option: str) -> type[Tracker]:

@@ -50,6 +50,9 @@ class TensorBoardTracker(Tracker):
             self.writer.add_image(f"figures/{path.stem}", imread(path)[..., :3], step, dataformats="HWC")
         self.writer.flush()
 
-    def close(self) -> None:
-        """Close the :class:`SummaryWriter`, flushing what it still holds."""
+    def close(self, failed: bool = False) -> None:
+        """Close the :class:`SummaryWriter`, flushing what it still holds (event files record no outcome).
+
+        :param failed: the run raised or was stopped before it completed
+        """
         self.writer.close()

@@ -68,6 +68,9 @@ class WandbTracker(Tracker):
         self.run.summary.update(dict(metrics))
         self.run.log({f"figures/{path.stem}": wandb.Image(str(path)) for path in figures}, step=step)
 
-    def close(self) -> None:
-        """Finish the W&B run (``run.finish()``)."""
-        self.run.finish()
+    def close(self, failed: bool = False) -> None:
+        """Finish the W&B run: exit code 1 for a run that failed or was stopped, so W&B shows it failed.
+
+        :param failed: the run raised or was stopped before it completed
+        """
+        self.run.finish(exit_code=1 if failed else 0)
