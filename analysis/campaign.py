@@ -236,7 +236,7 @@ def _mismatches(run: Run, returns: str, recomputed: dict[str, Any], rel: float =
 def evaluate_runs(runs: Sequence[Run], returns: str = "discounted", tol: float = FRONT_TOL) -> Campaign:
     """Recompute every metric of every run and build the campaign's summary table.
 
-    :param runs: loaded runs (:func:`analysis.runs.load_runs`)
+    :param runs: loaded runs (:func:`morlfed.analysis.runs.load_runs`)
     :param returns: ``"discounted"`` (default, MORL convention) or ``"undiscounted"``
     :param tol: relative tolerance of front points reached and zero regret
     """

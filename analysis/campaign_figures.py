@@ -1,10 +1,10 @@
 """Every figure of a campaign written to a folder: the library behind ``python -m morlfed.analysis.plot``.
 
-:func:`write_figures` draws, for a set of loaded runs (:mod:`analysis.charts`,
+:func:`write_figures` draws, for a set of loaded runs (:mod:`morlfed.analysis.charts`,
 :func:`morlfed.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
 and per environment and preference distribution the fronts of all algorithms and the learning
 curves (:func:`learning_curves`); :func:`default_rounds` picks the heatmaps' rounds. For an
-unfinished run (:mod:`analysis.partial`) it draws what the run already has
+unfinished run (:mod:`morlfed.analysis.partial`) it draws what the run already has
 (:func:`partial_figures`): its learning curves and cluster evolution.
 
 A figure of one run is named and titled by environment, variant (the settings that set it apart,

@@ -10,24 +10,24 @@ environment. Writes to ``--out``:
 * ``summary.csv``: one row per run (its directory, relative to the current one when below it;
   its identity, budget and wall time; the reference front used; every metric);
 * ``eu_weights.csv``: the weights its expected utility was computed with, for each number of
-  objectives evaluated (:func:`analysis.campaign.eu_weights_table`);
+  objectives evaluated (:func:`morlfed.analysis.campaign.eu_weights_table`);
 * ``comparison.md``: the budget (env steps per client of each group of variants), then one table
   per preference distribution and metric, rows algorithm (with "+FT" variants) and seeds n,
   columns environment, cells mean +- std over seeds, marked where significantly better or worse
   than the ``--reference`` variant (default ``fedpref``) in a paired test over seeds at ``--level``
-  (default 0.05; :mod:`analysis.stats`: the exact sign-flip permutation test of the mean
+  (default 0.05; :mod:`morlfed.analysis.stats`: the exact sign-flip permutation test of the mean
   difference; cells with too few pairs to reach the level are said to be so, not marked), the
   test stated under each table;
 * ``stats.csv``: those tests, one row per distribution, environment, metric and variant (pairs,
   mean difference, test, p-value, the smallest p-value the pairs allow, significance, direction);
 * with ``--keep-logs``, ``runs/<run name>/``: a copy of each evaluated run's logs
-  (:data:`analysis.runs.LOG_FILES`: config, preferences, per-round ``rounds.csv`` and
+  (:data:`morlfed.analysis.runs.LOG_FILES`: config, preferences, per-round ``rounds.csv`` and
   ``clusters.jsonl``, ``final.csv``, ``metrics.json``, ``run.log``; no checkpoints). The copies
   are run directories: evaluating them again gives the same metrics, and the per-round claims
   of a study (clusters, collapses) can be checked from them once the originals are gone.
 
 Vision runs (``task=vision``) are evaluated apart: every accuracy statistic
-(:data:`analysis.campaign.VISION_METRICS`: mean / std / min / max over clients of L-acc, S-acc and G-acc) is
+(:data:`morlfed.analysis.campaign.VISION_METRICS`: mean / std / min / max over clients of L-acc, S-acc and G-acc) is
 recomputed from ``final.csv`` and written to ``vision_summary.csv`` (one row per run), and
 ``comparison.md`` gets one table per partition and statistic (rows algorithm, columns dataset),
 tested as above into ``vision_stats.csv``.
@@ -36,9 +36,9 @@ Incomplete (no ``metrics.json``) and malformed run directories are reported by n
 and skipped; the exit status is 1 when no valid run is left. Recomputed metrics that differ from
 a run's stored ``metrics.json`` are reported as warnings (the metrics code changed since?).
 
-This module is the command line only: the evaluation is :mod:`analysis.campaign` (variant labels
-and duplicates :mod:`analysis.variants`), the tables :mod:`analysis.tables`, ``comparison.md``
-:mod:`analysis.comparison`.
+This module is the command line only: the evaluation is :mod:`morlfed.analysis.campaign` (variant labels
+and duplicates :mod:`morlfed.analysis.variants`), the tables :mod:`morlfed.analysis.tables`, ``comparison.md``
+:mod:`morlfed.analysis.comparison`.
 """
 
 from __future__ import annotations

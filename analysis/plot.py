@@ -1,6 +1,6 @@
 """Figures of a campaign: ``python -m morlfed.analysis.plot RUN_DIR [RUN_DIR ...] --out DIR``.
 
-Loads run directories as :mod:`analysis.evaluate` does (directories or globs; malformed ones are
+Loads run directories as :mod:`morlfed.analysis.evaluate` does (directories or globs; malformed ones are
 reported on stderr and skipped) and writes, as PNG and PDF (``--formats``), with ``<run>`` =
 ``<env>_<variant>_<dist>_seed<seed>``:
 
@@ -16,14 +16,14 @@ reported on stderr and skipped) and writes, as PNG and PDF (``--formats``), with
 * ``clusters_<run>``: cluster evolution over rounds, for strategies that log clusters.
 
 An unfinished run (no ``metrics.json``: still running, stopped or failed) is a *partial run*
-(:mod:`analysis.partial`): it gets ``learning_<run>`` (and ``evaluation_<run>``) and
+(:mod:`morlfed.analysis.partial`): it gets ``learning_<run>`` (and ``evaluation_<run>``) and
 ``clusters_<run>`` from the rounds it logged, titled with its rounds done of those configured,
 and a line on stdout says so; fronts and metrics need the finished run. ``<run>`` names the
 variant by the settings that set it apart (``fedpref_engine=vectorised``); runs that would share a
 name, finished or partial, get their directory's name after it, so every file written is one on
 disk.
 
-This module is the command line only: the figures are drawn by :mod:`analysis.campaign_figures`.
+This module is the command line only: the figures are drawn by :mod:`morlfed.analysis.campaign_figures`.
 """
 
 from __future__ import annotations

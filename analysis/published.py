@@ -3,7 +3,7 @@
 They are rebuilt from committed CSV summaries: the library behind
 ``python -m morlfed.analysis.results``.
 
-``python -m morlfed.analysis.results DOC`` (:mod:`analysis.results`) rewrites every generated block of
+``python -m morlfed.analysis.results DOC`` (:mod:`morlfed.analysis.results`) rewrites every generated block of
 a document in place, or with ``--check`` proves that the published tables are the committed data's.
 A generated block is::
 
@@ -18,11 +18,11 @@ the tables can be rebuilt without rerunning anything. Kinds:
 * ``table metric=M dist=D [decimals=2] [reference=fedpref] [level=0.05]``: rows algorithm variants
   and their seeds n, columns environments, cells mean ± sample std over seeds, marked ▲ (bold) / ▼
   where significantly better / worse than the variant matching the glob ``reference`` in a paired
-  test over seeds at ``level``, the test named under the table (:func:`analysis.tables.metric_table`,
+  test over seeds at ``level``, the test named under the table (:func:`morlfed.analysis.tables.metric_table`,
   the same table ``comparison.md`` has).
 * ``metrics env=E dist=D metrics=M1,M2,... [decimals=2] [reference=fedpref] [level=0.05]``: one
   environment under one preference distribution; rows algorithm variants and their seeds n,
-  columns the metrics, cells marked as in ``table`` (:func:`analysis.tables.metrics_table`).
+  columns the metrics, cells marked as in ``table`` (:func:`morlfed.analysis.tables.metrics_table`).
 * ``ranking metric=M [focus=fedpref*] [claims=paper.csv] [decimals=2]``: per environment and
   preference distribution, the first-ranked variant, the best-ranked variant matching ``focus``
   (a glob over labels) and its rank. With ``claims`` (a CSV with columns ``metric env dist first
@@ -30,7 +30,7 @@ the tables can be rebuilt without rerunning anything. Kinds:
 * ``budget``: per environment, distribution and number of env steps per client, the variants
   that took it, the clients, rounds, local steps, env steps per client and per run, number of
   runs and their wall time (the federation loop's, from ``metrics.json``)
-  (:func:`analysis.tables.budget_table`).
+  (:func:`morlfed.analysis.tables.budget_table`).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def ranking(summary: pd.DataFrame, metric: str, focus: str = "fedpref*", decimal
     variants strictly better at that precision. The number of variants is given too.
 
     :param summary: ``summary.csv`` rows
-    :param metric: a key of :data:`analysis.clustering.TABLE_METRICS`
+    :param metric: a key of :data:`morlfed.analysis.clustering.TABLE_METRICS`
     :param focus: a glob over variant labels
     :param decimals: the precision of the comparison
     """

@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def summary_campaign(summary: pd.DataFrame) -> Campaign:
-    """The :class:`~analysis.campaign.Campaign` that ``comparison.md`` needs, from a committed summary.
+    """The :class:`~morlfed.analysis.campaign.Campaign` that ``comparison.md`` needs, from a committed summary.
 
     Its rows are those of the ``summary.csv``, with the returns they were evaluated on (the tables
     read the reference fronts from the summary's columns, so none is rebuilt).

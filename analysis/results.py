@@ -3,7 +3,7 @@
 ``python -m morlfed.analysis.results docs/results.md`` rewrites every generated block of the document in
 place; ``--check`` writes nothing and exits 1 if a block differs from what its CSVs give, so a test
 proves that the published tables are the committed data's. The blocks, their kinds and arguments
-are described in :mod:`analysis.published`, which parses and rebuilds them; this module is the
+are described in :mod:`morlfed.analysis.published`, which parses and rebuilds them; this module is the
 command line only.
 
 Exit status: 0 ok, 1 out of date with ``--check``, 2 a missing document or a malformed block.

@@ -2,7 +2,7 @@
 
 Rows are algorithm variants with their number of seeds ``n``, cells mean ± std over seeds, each cell
 marked when it differs significantly from the reference variant (FedPref by default) in a paired
-test over seeds (:mod:`analysis.stats`): ▲ in bold when better, ▼ when worse (higher or lower is
+test over seeds (:mod:`morlfed.analysis.stats`): ▲ in bold when better, ▼ when worse (higher or lower is
 better as :data:`morlfed.metrics.METRICS` says). A note under every table states the test and its
 level. A row some of whose runs reported their strategy inert (``inert_warning``) has its label
 marked ``⚠ k/m`` (k of its m runs) and ``comparison.md`` lists those runs with their warnings
@@ -112,7 +112,7 @@ def _marks(
 ) -> tuple[dict[tuple[str, str, str], str], str]:
     """The significant directions per ``(variant, <column> value, metric)``, and the note under the table.
 
-    The directions are against the reference (:func:`analysis.stats.compare_to_reference`).
+    The directions are against the reference (:func:`morlfed.analysis.stats.compare_to_reference`).
     """
     directions: dict[tuple[str, str, str], str] = {}
     tested: list[int] = []  # the pairs of every tested cell
@@ -169,7 +169,7 @@ def metric_table(
     environments (the ``column`` of ``summary``: ``data`` for vision runs, with
     ``registry=VISION_METRICS``); cells mean ± std over seeds, marked ▲ (bold) / ▼ where
     significantly better / worse than the variant matching the glob ``reference``, paired by seed
-    (:func:`analysis.stats.compare_to_reference`).
+    (:func:`morlfed.analysis.stats.compare_to_reference`).
 
     :param summary: ``summary.csv`` (or ``vision_summary.csv``) rows
     :param dist: the preference distribution (or partition)
@@ -219,7 +219,7 @@ def metrics_table(
     :param summary: ``summary.csv`` rows
     :param env: the environment
     :param dist: the preference distribution
-    :param metrics: keys of :data:`analysis.clustering.TABLE_METRICS` (the front metrics and the
+    :param metrics: keys of :data:`morlfed.analysis.clustering.TABLE_METRICS` (the front metrics and the
         cluster values), one column each
     :param decimals: decimals shown
     :param reference: a glob over variant labels naming the reference variant

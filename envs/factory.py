@@ -1,4 +1,4 @@
-"""Build a client's environments from an :class:`~envs.spec.EnvSpec`.
+"""Build a client's environments from an :class:`~morlfed.envs.spec.EnvSpec`.
 
 * :func:`make_train_env` -- ``mo_gymnasium.make(gym_id, **env_kwargs)`` with the spec's
   TimeLimit, scalarised by ``mo_gymnasium.wrappers.LinearReward`` with the client's weights (SB3

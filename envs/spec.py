@@ -64,39 +64,38 @@ class EnvSpec:
     frozen; ``agent_kwargs`` is a plain ``dict`` (copy it before changing it), so a spec is not
     hashable.
 
-    Attributes:
-        name: canonical morlfed name (``deep-sea-treasure``).
-        gym_id: MO-Gymnasium id passed to ``mo_gymnasium.make``.
-        agent: ``"dqn"`` (discrete actions) or ``"ddpg"`` (continuous actions).
-        objectives: names of the reward components, in reward-vector order.
-        gamma: discount factor of the discounted returns, of the known front and of the agent.
-        ref_point: hypervolume reference point of the discounted returns (maximisation: every
-            sensible return dominates it).
-        known_front: MO-Gymnasium provides ``env.unwrapped.pareto_front(gamma)``.
-        max_episode_steps: TimeLimit applied for training and evaluation (``None``: the registered
-            default of the gym id).
-        eval_episodes: deterministic, seeded evaluation episodes per client evaluation.
-        return_scale: typical magnitude of a scalarised return; RL "losses" are
-            ``-scalarised_return / return_scale`` so that loss temperatures mean the same across envs.
-        n_clients: default number of clients of a run.
-        rounds: default number of federated rounds.
-        local_steps: default environment steps of local training per round.
-        engine: the engine ``engine=auto`` (the default) trains this env's clients with:
-            ``vectorised`` where its paired equivalence study with ``sb3`` allows it
-            (docs/results/engine-agreement; docs/engines.md, Validation), ``sb3`` elsewhere.
-        precision: the arithmetic ``precision=auto`` (the default) trains this env's clients with
-            when the engine is the vectorised one and the device computes bfloat16 natively:
-            ``bf16`` (a DQN spec with ``engine: vectorised`` only) where the paired study found the
-            ``vectorised-bf16`` arm equivalent to ``sb3``, ``fp32`` elsewhere.
-        seeds_global_numpy: the env draws from numpy's *global* RNG internally; the factory
-            isolates and seeds that RNG per env (see :mod:`envs.factory`).
-        ref_point_undiscounted: the reference point of the undiscounted returns, where their
-            scale differs from the discounted ones' (``None``: ``ref_point`` serves both);
-            :meth:`reference_point` picks the one for a kind of returns.
-        env_kwargs: keyword arguments for the env constructor (``mo_gymnasium.make(gym_id,
-            **env_kwargs)``), e.g. ``float_state: true`` for deep-sea-treasure.
-        agent_kwargs: keyword arguments for the SB3 constructor (``action_noise_std`` for DDPG is
-            the exception: the client turns it into ``NormalActionNoise``).
+    :ivar name: canonical morlfed name (``deep-sea-treasure``).
+    :ivar gym_id: MO-Gymnasium id passed to ``mo_gymnasium.make``.
+    :ivar agent: ``"dqn"`` (discrete actions) or ``"ddpg"`` (continuous actions).
+    :ivar objectives: names of the reward components, in reward-vector order.
+    :ivar gamma: discount factor of the discounted returns, of the known front and of the agent.
+    :ivar ref_point: hypervolume reference point of the discounted returns (maximisation: every
+        sensible return dominates it).
+    :ivar known_front: MO-Gymnasium provides ``env.unwrapped.pareto_front(gamma)``.
+    :ivar max_episode_steps: TimeLimit applied for training and evaluation (``None``: the registered
+        default of the gym id).
+    :ivar eval_episodes: deterministic, seeded evaluation episodes per client evaluation.
+    :ivar return_scale: typical magnitude of a scalarised return; RL "losses" are
+        ``-scalarised_return / return_scale`` so that loss temperatures mean the same across envs.
+    :ivar n_clients: default number of clients of a run.
+    :ivar rounds: default number of federated rounds.
+    :ivar local_steps: default environment steps of local training per round.
+    :ivar engine: the engine ``engine=auto`` (the default) trains this env's clients with:
+        ``vectorised`` where its paired equivalence study with ``sb3`` allows it
+        (docs/results/engine-agreement; docs/engines.md, Validation), ``sb3`` elsewhere.
+    :ivar precision: the arithmetic ``precision=auto`` (the default) trains this env's clients with
+        when the engine is the vectorised one and the device computes bfloat16 natively:
+        ``bf16`` (a DQN spec with ``engine: vectorised`` only) where the paired study found the
+        ``vectorised-bf16`` arm equivalent to ``sb3``, ``fp32`` elsewhere.
+    :ivar seeds_global_numpy: the env draws from numpy's *global* RNG internally; the factory
+        isolates and seeds that RNG per env (see :mod:`morlfed.envs.factory`).
+    :ivar ref_point_undiscounted: the reference point of the undiscounted returns, where their
+        scale differs from the discounted ones' (``None``: ``ref_point`` serves both);
+        :meth:`reference_point` picks the one for a kind of returns.
+    :ivar env_kwargs: keyword arguments for the env constructor (``mo_gymnasium.make(gym_id,
+        **env_kwargs)``), e.g. ``float_state: true`` for deep-sea-treasure.
+    :ivar agent_kwargs: keyword arguments for the SB3 constructor (``action_noise_std`` for DDPG is
+        the exception: the client turns it into ``NormalActionNoise``).
     """
 
     name: str

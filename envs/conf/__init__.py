@@ -1,1 +1,1 @@
-"""Folder for hydra's search path (:data:`envs.CONF_DIR`); its ``env/`` holds one YAML per environment."""
+"""Folder for hydra's search path (:data:`morlfed.envs.CONF_DIR`); its ``env/`` holds one YAML per environment."""
