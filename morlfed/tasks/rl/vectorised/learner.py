@@ -3,10 +3,10 @@
 The networks are stacked along a first client dimension, with one batched forward for action
 selection and one batched gradient step.
 
-A learner keeps, for every network of the SB3 agent it mirrors (DQN: ``q_net`` and
-``q_net_target``; DDPG: ``actor``, ``actor_target``, ``critic``, ``critic_target``), a dict of
-stacked parameters ``name -> [N, *shape]`` under the SB3 module's own parameter names, and runs
-the SB3 module's forward on them with ``torch.func.functional_call`` under ``torch.vmap``. Its
+A learner keeps every network of the SB3 agent it mirrors (DQN: ``q_net`` and ``q_net_target``;
+DDPG: ``actor``, ``actor_target``, ``critic``, ``critic_target``) as ``[N, d]`` rows, one per
+client, and evaluates and differentiates them with :class:`~morlfed.tasks.rl.vectorised.mlp.StackedMLP`
+(batched matrix products and a backward pass written out, checked against SB3's autograd). Its
 flat vectors use exactly the SB3 client's layout (:class:`~morlfed.params.ParamLayout` over the
 online networks, e.g. ``q_net.q_net.0.weight``), so a model trained by one engine loads in the
 other.
@@ -96,6 +96,6 @@ class StackedLearner(ABC):
         """Called after every lockstep env step of a learner that :attr:`counts_calls`.
 
         It gets each client's SB3 ``_n_calls`` counter (``[N]``, already incremented) and the
-        clients that stepped (``mask``): DQN's hard target update every ``target_update_interval``
-        calls lives here. Default: nothing.
+        clients that stepped (``mask``): DQN's target update every ``target_update_interval`` calls
+        (Polyak with ``tau``, a hard copy when ``tau`` is 1) lives here. Default: nothing.
         """
