@@ -11,8 +11,8 @@ A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
 
 It is assembled in a hidden temporary directory and renamed into place, so a reader (or a resume
 after a crash, even SIGKILL in the middle of writing) only ever sees complete checkpoints; older
-ones are deleted afterwards, except those that ``checkpoint_every`` (or ``also``) keeps. The federation writes one after every round but
-the last, so that a stop (Ctrl-C, SIGTERM, a crash, even SIGKILL) loses at most the round in
+ones are deleted afterwards, except those that ``checkpoint_every`` (or ``also``) keeps. The
+federation writes one after every round but the last, so that a stop (Ctrl-C, SIGTERM, a crash, even SIGKILL) loses at most the round in
 progress; those that ``checkpoint_every`` (or ``also``) did not ask for are removed when the run
 completes (:meth:`Checkpointer.finish`). Client RNGs need no saving: a client reseeds every
 generator from (seed, client, round) at each fit, so a resumed run repeats exactly what the

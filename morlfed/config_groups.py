@@ -25,9 +25,8 @@ ADDED_GROUPS = ("experiment", "variant")
 
 @cache
 def task_class(name: str) -> type[Task]:
-    """The class of task ``name``, named by ``_target_`` in ``conf/task/<name>.yaml``."""
-    node = OmegaConf.load(CONF_DIR / "task" / f"{name}.yaml")
-    return get_class(node.task._target_ if "task" in node else node._target_)
+    """The class of task ``name``, named by ``task._target_`` in ``conf/task/<name>.yaml``."""
+    return get_class(OmegaConf.load(group_folder("task") / f"{name}.yaml").task._target_)
 
 
 @cache

@@ -124,9 +124,10 @@ def branch_point(source: Path, config_yaml: str) -> Path:
     source = Path(source)
     now = _check_same_config(source, config_yaml, "branch_from", _BRANCH_IGNORES)
     rounds = int(now["rounds"])
-    start = Checkpointer(source).latest(before=rounds)
+    checkpoints = Checkpointer(source)
+    start = checkpoints.latest(before=rounds)
     if start is None:
-        latest = Checkpointer(source).latest()
+        latest = checkpoints.latest()
         found = "none" if latest is None else f"the only one is after round {checkpoint_round(latest)}"
         raise ValueError(
             f"branch_from={source}: needs a checkpoint from before the last round {rounds} ({found}); "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import io
 import os
@@ -98,6 +99,19 @@ def skip_if_unavailable(name: str) -> None:
     """
     if "mujoco" in envs_factory._entry_point(envs.get_spec(name).gym_id) and not HAS_MUJOCO:
         pytest.skip(NO_MUJOCO_REASON)
+
+
+@functools.cache
+def package_modules() -> dict[str, Path]:
+    """Every module under morlfed/ (through the links to envs/, baselines/, analysis/), by its name."""
+    modules = {}
+    for folder, _, names in os.walk(ROOT / "morlfed", followlinks=True):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = Path(folder) / name
+                parts = list(path.relative_to(ROOT).with_suffix("").parts)
+                modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
 
 
 def compose_config(overrides: list[str]) -> DictConfig:

@@ -10,25 +10,14 @@ a second copy of the module.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from conftest import package_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 LINKED = ("envs", "baselines", "analysis")
-
-
-def module_names() -> dict[str, str]:
-    """Every importable source file of the package, as ``{module name: path}``."""
-    names: dict[str, str] = {}
-    files = [Path(d) / f for d, _, fs in os.walk(ROOT / "morlfed", followlinks=True) for f in fs if f.endswith(".py")]
-    for path in sorted(files):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        names[".".join(parts)] = str(path.resolve())
-    return names
 
 
 # Runs in a fresh interpreter from the repository root: imports every module by its one name, then
@@ -57,7 +46,7 @@ print(json.dumps(out))
 
 
 def test_every_module_has_one_name_and_a_second_route_fails_with_the_right_import() -> None:
-    names = module_names()
+    names = {name: str(path.resolve()) for name, path in package_modules().items()}
     assert {"morlfed.envs.factory", "morlfed.baselines.cfl", "morlfed.analysis.runs"} <= set(names)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(sorted(names)), json.dumps(LINKED)],

@@ -9,11 +9,11 @@ analysis know the environments. Core code (strings and names, not its docs) name
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
 import pytest
+from conftest import package_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     ),
     (1, "environments", ("morlfed.envs",)),
     (2, "federation", ("morlfed.federation",)),
-    (3, "task seam", ("morlfed.tasks.base", "morlfed.tasks")),
+    (3, "task seam", ("morlfed.tasks",)),  # tasks/base.py; the tasks themselves match longer prefixes
     (4, "rl task", ("morlfed.tasks.rl",)),
     (4, "vision task", ("morlfed.tasks.vision",)),
     (
@@ -66,18 +66,6 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
 ]
 STRATEGY_NAMES = re.compile(r"\b(fedpref|fedavg|fedprox|cfl|matfl|ifca|fedfew|fedmhc|fedpg)\b", re.IGNORECASE)
 MAX_LINES = 450
-
-
-def source_files() -> dict[str, Path]:
-    """Every module under morlfed/ (through the links to envs/, baselines/, analysis/), by name."""
-    files = {}
-    for folder, _, names in os.walk(ROOT / "morlfed", followlinks=True):
-        for name in names:
-            if name.endswith(".py"):
-                path = Path(folder) / name
-                parts = list(path.relative_to(ROOT).with_suffix("").parts)
-                files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return files
 
 
 def place(module: str) -> tuple[int, str]:
@@ -110,7 +98,7 @@ def imports(module: str, path: Path) -> set[str]:
 
 
 def test_every_module_is_in_a_layer() -> None:
-    files = source_files()
+    files = package_modules()
     assert len(files) > 100
     for module in files:
         place(module)
@@ -118,7 +106,7 @@ def test_every_module_is_in_a_layer() -> None:
 
 def test_imports_go_down_the_layers_or_stay_in_their_group() -> None:
     wrong = []
-    for module, path in source_files().items():
+    for module, path in package_modules().items():
         layer, group = place(module)
         for target in imports(module, path):
             target_layer, target_group = place(target)
@@ -128,7 +116,7 @@ def test_imports_go_down_the_layers_or_stay_in_their_group() -> None:
 
 
 def test_only_the_rl_task_and_the_analysis_know_the_environments() -> None:
-    for module, path in source_files().items():
+    for module, path in package_modules().items():
         if any(target.startswith("morlfed.envs") for target in imports(module, path)):
             assert place(module)[1] in ("rl task", "analysis", "environments"), module
 
@@ -146,7 +134,7 @@ CORE = ("foundation", "machinery", "federation", "task seam", "entry")
 
 def code_strings(module: str) -> list[str]:
     """The string constants (docstrings excepted) and identifiers of ``module``'s code."""
-    tree = ast.parse(source_files()[module].read_text())
+    tree = ast.parse(package_modules()[module].read_text())
     docstrings = {
         id(node.body[0].value)  # type: ignore[attr-defined]
         for node in ast.walk(tree)
@@ -162,7 +150,7 @@ def code_strings(module: str) -> list[str]:
     return texts
 
 
-@pytest.mark.parametrize("module", [m for m in source_files() if place(m)[1] in CORE])
+@pytest.mark.parametrize("module", [m for m in package_modules() if place(m)[1] in CORE])
 def test_core_code_names_no_strategy(module: str) -> None:
     """Strategies come in through configs (``_target_``): core code never spells one's name.
 
@@ -175,7 +163,7 @@ def test_core_code_names_no_strategy(module: str) -> None:
 TASK_WORDS = re.compile(r"\b(rl|vision|env|envs|engine|dist|partition)\b")
 #: the core without the metric library, which is multi-objective by nature (returns, preferences)
 TASK_FREE = tuple(
-    m for m in source_files() if place(m)[1] in CORE and not m.startswith(("morlfed.metrics", "morlfed.figures"))
+    m for m in package_modules() if place(m)[1] in CORE and not m.startswith(("morlfed.metrics", "morlfed.figures"))
 )
 
 
@@ -187,6 +175,6 @@ def test_core_code_names_no_task_and_no_task_group(module: str) -> None:
 
 
 def test_no_source_file_is_over_450_lines() -> None:
-    paths = {*source_files().values(), *(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")}
+    paths = {*package_modules().values(), *(ROOT / "tests").glob("*.py"), *(ROOT / "bench").glob("*.py")}
     long = {str(p.relative_to(ROOT)): n for p in paths if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"over {MAX_LINES} lines: {long}"
