@@ -100,7 +100,7 @@ def measure(
     """
     prefs = sample_preferences("equidistant", clients, spec.n_objectives, generator(seed, "preferences"))
     factory_type = RLClientFactory if engine == "sb3" else VectorisedClientFactory
-    factory = factory_type(spec, prefs, seed, rounds * steps, 1, device)
+    factory = factory_type(spec, prefs, seed, steps, rounds, 1, device)
     executor = make_executor("sequential") if workers == 1 else make_executor("process", workers=workers)
     executor.start(factory, clients)
     with tempfile.TemporaryDirectory() as tmp:

@@ -52,9 +52,9 @@ def measure(env: str, n: int) -> dict:
 
     spec = get_spec(env)
     m = len(spec.objectives)
-    factory = RLClientFactory(spec, np.full((n + 1, m), 1.0 / m), seed=0, total_steps=10_000)
+    factory = RLClientFactory(spec, np.full((n + 1, m), 1.0 / m), seed=0, local_steps=64, rounds=156)
     warm = factory(n)
-    warm.fit(FitTask(params=warm.initial_params(), local_steps=64, round=1))
+    warm.fit(FitTask(params=warm.initial_params(), round=1))
     fixed = rss_bytes()
     clients = [factory(cid) for cid in range(n)]
     buffer_bytes = 0
@@ -64,7 +64,7 @@ def measure(env: str, n: int) -> dict:
             if isinstance(value, np.ndarray):
                 value.fill(1)  # commit every page, as a full buffer would
                 buffer_bytes += value.nbytes
-        client.fit(FitTask(params=client.initial_params(), local_steps=64, round=1))
+        client.fit(FitTask(params=client.initial_params(), round=1))
     per_client = (rss_bytes() - fixed) / n
     return {
         "env": spec.name,
@@ -73,7 +73,7 @@ def measure(env: str, n: int) -> dict:
         "fixed": fixed,
         "per_client": per_client,
         "buffer_bytes": buffer_bytes / n,
-        "state_bytes": len(state_to_bytes(clients[0].get_state())),
+        "state_bytes": len(state_to_bytes(clients[0].get_state(0))),
         "params": int(clients[0].layout.dim),
         "torch_threads": torch.get_num_threads(),
     }

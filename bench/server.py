@@ -104,7 +104,7 @@ def synthetic_result(task, update, g):
     losses = torch.rand(k, generator=g) if (task.report_losses or task.train_best or task.train_all) else None
     index = None
     if params.ndim == 2 and not task.train_all:
-        index = int(losses.argmin()) if task.train_best else int(task.train_model)
+        index = int(losses.argmin())  # train_best (train_all keeps every model)
         params = params[index]
     return FitResult(params=params + update, num_samples=1000, losses=losses, model_index=index)
 

@@ -61,7 +61,7 @@ def federation(kind: str, spec, n: int, rounds: int, steps: int, workers: int, s
         options["num_cpus"] = workers
     executor = make_executor(kind, **options)
     started = time.perf_counter()
-    factory = RLClientFactory(replace(spec, eval_episodes=1), preferences(spec, n, seed), seed, rounds * steps)
+    factory = RLClientFactory(replace(spec, eval_episodes=1), preferences(spec, n, seed), seed, steps, rounds)
     executor.start(factory, n)
     startup = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as tmp:

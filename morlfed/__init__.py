@@ -1,12 +1,13 @@
 """morlfed: federated multi-objective reinforcement learning.
 
-The framework package: parameter layouts, the client and strategy protocols, the federation loop,
+The framework package: parameter layouts, the client abstraction, the protocol's messages, the strategy interface, the federation loop,
 the seed papers' strategies (``morlfed.strategies``), executors, run directories and the hydra CLI
 (``python -m morlfed.run``).
 """
 
+from morlfed.client import Client
 from morlfed.params import ParamLayout
-from morlfed.protocol import Client, ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
 from morlfed.strategy import Strategy
 
 __all__ = [

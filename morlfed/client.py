@@ -1,23 +1,25 @@
-"""The client skeleton, which interprets a :class:`~morlfed.protocol.FitTask` once for every task and engine.
+"""The one client abstraction, :class:`Client`, which interprets a :class:`~morlfed.protocol.FitTask` for every task and engine.
 
-A task's client (or an engine that trains many clients at once) subclasses :class:`ClientBase`
-and fills in three things: train one model per client (:meth:`ClientBase._train`), measure the
-loss of a received model (:meth:`ClientBase._loss`), and summarise the trainings of a fit into
-training metrics. Everything else (checking the task, which of ``[K, d]`` models to train, the
-proximal centres, the personal model, the shape of the :class:`~morlfed.protocol.FitResult`) is
-decided here.
+A :class:`Client` object trains a fixed set of clients (:attr:`Client.cids`): one for the SB3
+engine's and the vision task's clients, every client of a worker for the vectorised engine, which
+trains them as one batched computation. An implementation fills in what is its own: train one
+model per client (:meth:`Client._train`), measure the loss of a received model
+(:meth:`Client._loss`), summarise the trainings of a fit into training metrics, evaluate a model,
+and capture and restore a client's state. Everything else (checking the task, which of ``[K, d]``
+models to train, the proximal centres, the personal model, the shape of the
+:class:`~morlfed.protocol.FitResult`) is decided here, once.
 
 A fit becomes *training jobs* (:class:`TrainJob`): one per model the client trains, then one for
-its personal model. :meth:`ClientBase.fit_many` runs the jobs of several clients in *waves*: wave
+its personal model. :meth:`Client.fit_many` runs the jobs of several clients in *waves*: wave
 ``j`` holds the ``j``-th job of every client that has one, so an engine that trains its clients
-as one batched computation receives each wave as a single call.
+as one batch receives each wave as a single call.
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +43,7 @@ class TrainJob:
         :data:`PERSONAL_SLOT`; a client may keep per-slot state (e.g. optimiser moments)
     :param keys: ``(round,)`` for a ``[d]`` model or the personal model, ``(round, k)`` for
         model k of ``[K, d]`` models: with the client id, the keys of the job's random stream
-    :param steps: the local budget (env steps for RL, epochs for vision)
+    :param steps: the job's local budget (env steps for RL, epochs for vision)
     :param prox_mu: proximal coefficient (FedProx's mu; the personal model's lambda); 0: none
     :param centre: the proximal centre, ``[d]``
     :param first: the job reads a budget clock at its start (RL: the exploration schedule), so its
@@ -71,7 +73,7 @@ class TrainOutput:
     :param params: the trained model, ``[d]``
     :param stats: the task's own record of the training (RL: the finished episodes' scalarised
         returns; vision: the running loss and accuracy), summarised by the client's
-        :meth:`ClientBase._fit_metrics`; its key ``"steps"``, when present, is the budget the
+        :meth:`Client._fit_metrics`; its key ``"steps"``, when present, is the budget the
         training actually spent (RL: SB3 completes its last rollout), else the job's ``steps`` counts
     :param learner: the learner's own training scalars (SB3: mean loss, exploration rate), averaged
         over a fit's shared-model trainings into ``FitResult.learner_stats``
@@ -95,18 +97,16 @@ def break_ties(losses: torch.Tensor, rng: np.random.Generator) -> int:
 def models_to_train(task: FitTask, losses: torch.Tensor | None, rng: np.random.Generator) -> list[int]:
     """Which rows of a (checked) task's ``[K, d]`` params a client trains.
 
-    ``[0]`` for a single model, all K for ``train_all``, the lowest-loss one for ``train_best``
-    (ties drawn from ``rng``), else ``train_model``.
+    ``[0]`` for a single model, all K for ``train_all``, else (``train_best``) the lowest-loss one
+    (ties drawn from ``rng``).
     """
     if task.params.ndim == 1:
         return [0]
     if task.train_all:
         return list(range(len(task.params)))
-    if task.train_best:
-        if losses is None:
-            raise ValueError("train_best needs the losses of the received models")
-        return [break_ties(losses, rng)]
-    return [int(task.train_model)]  # type: ignore[arg-type]  # checked: set when neither flag is
+    if losses is None:
+        raise ValueError("train_best needs the losses of the received models")
+    return [break_ties(losses, rng)]
 
 
 @dataclass
@@ -123,14 +123,21 @@ class _Plan:
     outputs: list[TrainOutput] = field(default_factory=list)
 
 
-class ClientBase(ABC):
-    """The skeleton of every federated client: it interprets :class:`~morlfed.protocol.FitTask`.
+class Client(ABC):
+    """The clients one object trains, and how they carry out a :class:`~morlfed.protocol.FitTask`.
+
+    It knows nothing about strategies. Executors hold clients through a host
+    (:class:`~morlfed.executors.base.ClientHost`), which guards every fit; a client's private state
+    (preference, replay buffer or data, optimiser state, personal model, local budget) stays in it
+    across rounds and leaves it only as a checkpoint (:meth:`get_state`).
+
+    **Budget.** Each fit trains for :attr:`local_steps` (env steps for RL, epochs for vision), the
+    run's per-round budget, given at construction.
 
     **Fit options.** A ``[d]`` model is trained. With ``[K, d]`` models exactly one of
-    ``train_model=k`` (train model k, return ``[d]``), ``train_best`` (train the model with the
-    lowest loss, return ``[d]``; ``model_index`` says which; exact ties are broken by
-    ``generator(seed, "tie", cid, round)``) or ``train_all`` (train each model in turn for
-    ``local_steps``, return ``[K, d]``) must be set. ``report_losses`` returns the losses of the
+    ``train_best`` (train the model with the lowest loss, return ``[d]``; ``model_index`` says
+    which; exact ties are broken by ``generator(seed, "tie", cid, round)``) or ``train_all`` (train
+    each model in turn, return ``[K, d]``) must be set. ``report_losses`` returns the losses of the
     *received* models, measured before any training (``[K]``; ``[1]`` for a ``[d]`` model);
     ``train_best`` measures and reports them too, and ``loss_steps_spent`` counts the env steps
     measuring them took (0 when none were measured). Any task that does not fit (shape, options,
@@ -141,24 +148,32 @@ class ClientBase(ABC):
 
     **Personal model** (``personal_lambda``, FedMHC): a private ``[d]`` vector per client,
     initialised from the starting model of its first such task, trained after the shared model(s)
-    for the same ``local_steps`` with ``lambda/2 ||theta - w||^2`` towards ``w`` = the (first)
-    model just trained. ``evaluate(None, seed)`` evaluates it (the shared initial model if the
-    client never trained one); it never leaves the client.
+    for the same budget with ``lambda/2 ||theta - w||^2`` towards ``w`` = the (first) model just
+    trained. Evaluating ``None`` evaluates it (the shared initial model if the client never trained
+    one); it never leaves the client.
 
     **Equal budget** (``split_budget``): the n trainings of the fit (the trained model(s), plus the
     personal model) each get ``max(1, local_steps // n)`` instead of ``local_steps``, and every one
     of them advances the budget clock (:attr:`TrainJob.first`). ``num_samples`` counts the steps
     that trained the returned model(s); ``steps_spent`` every training's, the personal model's too.
 
-    Subclasses set :attr:`cids` (the clients this object trains), :attr:`seed` (the root seed) and
-    implement :meth:`_train`, :meth:`_loss`, :meth:`_fit_metrics`, :meth:`_num_samples`,
-    :meth:`evaluate`, :attr:`layout` and :meth:`initial_params`.
+    An implementation calls ``super().__init__(cids, seed, local_steps)`` and implements
+    :meth:`_train`, :meth:`_loss`, :meth:`_fit_metrics`, :meth:`_personal_metrics`,
+    :meth:`_num_samples`, :meth:`evaluate_client`, :meth:`get_state`, :meth:`set_state`,
+    :attr:`layout` and :meth:`initial_params`.
+
+    :param cids: the ids of the clients this object trains
+    :param seed: the run's root seed; every draw derives from (seed, purpose, client, round)
+    :param local_steps: the local budget of one fit (env steps for RL, epochs for vision)
+    :raises ValueError: ``local_steps`` is not an integer >= 1
     """
 
-    cids: list[int]
-    seed: int
-
-    def __init__(self) -> None:
+    def __init__(self, cids: Sequence[int], seed: int, local_steps: int) -> None:
+        if isinstance(local_steps, bool) or local_steps != int(local_steps) or int(local_steps) < 1:
+            raise ValueError(f"local_steps must be an integer >= 1, got {local_steps!r}")
+        self.cids = [int(c) for c in cids]
+        self.seed = seed
+        self.local_steps = int(local_steps)
         #: each client's personal model (FedMHC), absent until its first ``personal_lambda`` task
         self.personal_models: dict[int, torch.Tensor] = {}
 
@@ -202,7 +217,33 @@ class ClientBase(ABC):
 
     @abstractmethod
     def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """Evaluate a ``[d]`` model on client ``cid`` (``None``: its personal model)."""
+        """Evaluate a ``[d]`` model on client ``cid`` with randomness from ``seed`` (``None``: its personal model)."""
+
+    @abstractmethod
+    def get_state(self, cid: int) -> dict[str, Any]:
+        """Everything client ``cid`` carries from one round to the next (checkpoints, rollback of a failed fit).
+
+        The state is an independent copy (later training does not change it) that
+        :func:`torch.save` can write.
+        """
+
+    @abstractmethod
+    def set_state(self, cid: int, state: dict[str, Any]) -> None:
+        """Restore client ``cid`` from a state returned by :meth:`get_state` (taking ownership of it)."""
+
+    def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
+        """Evaluate models on this object's clients; an engine may evaluate them as one batch.
+
+        :param requests: ``(cid, params, seed)`` triples; ``params`` ``None``: the client's personal model
+        """
+        return {cid: self.evaluate_client(cid, params, seed) for cid, params, seed in requests}
+
+    def personal_model(self, cid: int) -> torch.Tensor | None:
+        """Client ``cid``'s private personal model (``None`` until its first ``personal_lambda`` task).
+
+        :param cid: the client id
+        """
+        return self.personal_models.get(cid)
 
     def set_personal_model(self, cid: int, params: torch.Tensor | None) -> None:
         """Set client ``cid``'s personal model (restoring a state); ``None``: it has none.
@@ -243,10 +284,33 @@ class ClientBase(ABC):
         return {cid: self._result(cid, plans[cid], personal.get(cid)) for cid in tasks}
 
     def fit(self, task: FitTask) -> FitResult:
-        """Carry out ``task`` on this object's only client."""
+        """Carry out ``task`` on this object's only client.
+
+        :param task: the round's task
+        :raises TypeError: this object trains several clients (use :meth:`fit_many`)
+        """
+        cid = self._only("fit", "fit_many")
+        return self.fit_many({cid: task})[cid]
+
+    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
+        """Evaluate a ``[d]`` model on this object's only client (``None``: its personal model).
+
+        :param params: the model
+        :param seed: the evaluation seed
+        :raises TypeError: this object trains several clients (use :meth:`evaluate_client`)
+        """
+        return self.evaluate_client(self._only("evaluate", "evaluate_client"), params, seed)
+
+    def _check_cid(self, cid: int) -> None:
+        """Raise ``ValueError`` when ``cid`` is not one of this object's clients."""
+        if cid not in self.cids:
+            raise ValueError(f"client {cid} is not trained by this object, whose clients are {self.cids}")
+
+    def _only(self, method: str, instead: str) -> int:
+        """The id of this object's only client, for the one-client conveniences."""
         if len(self.cids) != 1:
-            raise TypeError(f"fit() trains a single client; this object trains {len(self.cids)}: use fit_many()")
-        return self.fit_many({self.cids[0]: task})[self.cids[0]]
+            raise TypeError(f"{method}() serves a single client; this object trains {len(self.cids)}: use {instead}()")
+        return self.cids[0]
 
     def _plan(self, cid: int, task: FitTask) -> _Plan:
         """The losses to report and the training jobs of one client's fit."""
@@ -261,7 +325,7 @@ class ClientBase(ABC):
             loss_steps = None if None in counts else sum(c for c in counts if c is not None)
         indices = models_to_train(task, losses, generator(self.seed, "tie", cid, task.round))
         centres = models if task.prox_centre is None else task.prox_centre.detach().float().reshape(-1, self.layout.dim)
-        steps = int(task.local_steps)  # type: ignore[arg-type]  # checked
+        steps = self.local_steps
         if task.split_budget:  # every training gets an equal share of the budget (at least 1)
             steps = max(1, steps // (len(indices) + int(task.personal_lambda is not None)))
         jobs = [
@@ -297,44 +361,6 @@ class ClientBase(ABC):
             steps_spent=sum(int(o.stats.get("steps", plan.steps)) for o in trainings),
             loss_steps_spent=plan.loss_steps,
         )
-
-
-class SingleClient(ClientBase):
-    """A :class:`ClientBase` that trains one client (``cid``) one job at a time.
-
-    A subclass implements :meth:`_train_one` and the :class:`~morlfed.protocol.Client` protocol's
-    ``evaluate``.
-    """
-
-    cid: int
-
-    def __init__(self, cid: int) -> None:
-        super().__init__()
-        self.cid, self.cids = cid, [cid]
-
-    @property
-    def personal(self) -> torch.Tensor | None:
-        """The private personal model (``None`` until the first ``personal_lambda`` task)."""
-        return self.personal_models.get(self.cid)
-
-    @personal.setter
-    def personal(self, value: torch.Tensor | None) -> None:
-        self.set_personal_model(self.cid, value)
-
-    @abstractmethod
-    def _train_one(self, job: TrainJob) -> TrainOutput:
-        """Run one training job."""
-
-    def _train(self, jobs: Mapping[int, TrainJob]) -> dict[int, TrainOutput]:
-        return {cid: self._train_one(job) for cid, job in jobs.items()}
-
-    @abstractmethod
-    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """Evaluate a ``[d]`` model (``None``: the personal model) with randomness from ``seed``."""
-
-    def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """Evaluate ``params`` on this object's only client with :meth:`evaluate`; ``cid`` is not checked."""
-        return self.evaluate(params, seed)
 
 
 def mean_learner_stats(outputs: list[TrainOutput]) -> dict[str, float]:

@@ -1,8 +1,9 @@
 """Fault injection for chaos testing: make chosen clients fail in chosen rounds.
 
 Configured with ``faults=[{client: 1, round: 2, kind: raise}, ...]`` (hydra override syntax:
-``'faults=[{client:1,round:2,kind:hang}]'``). The client factory is wrapped so that the named
-client misbehaves during its fit in that round; everything else is the real client.
+``'faults=[{client:1,round:2,kind:hang}]'``). The client factory is wrapped so that its host
+(:class:`FaultyHost`) makes the named client misbehave during its fit in that round; everything
+else is the real client.
 
 Kinds:
 
@@ -22,8 +23,8 @@ A failed fit is excluded from the round's aggregation and recorded in ``rounds.c
 
 Faults are injected into per-client hosts only (the default
 :class:`~morlfed.executors.base.ClientHost`, which builds each client with the factory): when the
-wrapped factory builds its own host (an engine's ``make_host``), that host is used as is and its
-clients do not misbehave.
+wrapped factory builds its own host (a :class:`~morlfed.executors.base.HostFactory`, an engine),
+that host is used as is and its clients do not misbehave.
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ import math
 import os
 import signal
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 
-from morlfed.executors.base import ClientFactory, ClientHost
-from morlfed.protocol import Client, FitResult, FitTask
+from morlfed.client import Client
+from morlfed.executors.base import ClientFactory, ClientHost, HostFactory
+from morlfed.protocol import FitResult, FitTask
 
 KINDS = ("raise", "hang", "freeze", "nan", "kill_worker")
 #: Kinds that only an executor with separate worker processes can survive.
@@ -92,43 +93,44 @@ def parse_faults(raw: Iterable[object] | None, n_clients: int, rounds: int, exec
     return faults
 
 
-class FaultyClient:
-    """A client that misbehaves as told in the given rounds and is the wrapped client otherwise.
+class FaultyHost(ClientHost):
+    """A per-client host whose clients misbehave as told in the given rounds and are the real clients otherwise.
 
-    :param client: the real client
-    :param faults: this client's faults
+    :param factory: builds the real clients
+    :param cids: the client ids this host owns
+    :param timeout: ``client_timeout`` in seconds (``None`` or 0: unlimited)
+    :param faults: the faults to inject (those of other clients are ignored)
     """
 
-    def __init__(self, client: Client, faults: Sequence[Fault]) -> None:
-        self.client = client
-        self.faults = {f.round: f.kind for f in faults}
+    def __init__(
+        self, factory: Callable[[int], Client], cids: Sequence[int], timeout: float | None, faults: Sequence[Fault]
+    ) -> None:
+        super().__init__(factory, cids, timeout)
+        self.faults = {(f.client, f.round): f.kind for f in faults}
 
-    def __getattr__(self, name: str) -> Any:
-        """Delegate any attribute the wrapper lacks (``cid``, ``evaluate``, ...) to the real client."""
-        return getattr(self.client, name)
-
-    def fit(self, task: FitTask) -> FitResult:
+    def _fit(self, tasks: Mapping[int, FitTask]) -> Mapping[int, FitResult]:
         """Run the real fit and misbehave as this round's fault says.
 
         ``raise``, ``hang`` and ``nan`` strike after training, so the client's state has really
         changed and must be rolled back; ``freeze`` and ``kill_worker`` strike before.
         """
-        kind = self.faults.get(task.round)
+        ((cid, task),) = tasks.items()
+        kind = self.faults.get((cid, task.round))
         if kind == "freeze":
             signal.signal(signal.SIGALRM, signal.SIG_IGN)  # deaf to the in-process timeout
             while True:
                 time.sleep(1.0)
         if kind == "kill_worker":
             os.kill(os.getpid(), signal.SIGKILL)
-        result = self.client.fit(task)
+        result = self.clients[cid].fit(task)
         if kind == "raise":
-            raise InjectedFault(f"injected fault: client {self.client.cid} raises in round {task.round}")
+            raise InjectedFault(f"injected fault: client {cid} raises in round {task.round}")
         if kind == "hang":
             while True:
                 time.sleep(1.0)
         if kind == "nan":
             result = replace(result, params=torch.full_like(result.params, float("nan")))
-        return result
+        return {cid: result}
 
 
 @dataclass
@@ -142,22 +144,14 @@ class FaultyClientFactory:
     factory: ClientFactory
     faults: Sequence[Fault]
 
-    def __call__(self, cid: int) -> Client:
-        """Client ``cid``, wrapped in a :class:`FaultyClient` if it has faults.
-
-        :param cid: the client id
-        """
-        mine = [f for f in self.faults if f.client == cid]
-        client = self.factory(cid)
-        return FaultyClient(client, mine) if mine else client
-
     def make_host(self, cids: list[int], timeout: float | None) -> ClientHost:
-        """The wrapped factory's own host if it builds one, else a per-client host of this factory's clients.
+        """The wrapped factory's own host if it builds one, else a :class:`FaultyHost` of its clients.
 
         The wrapped factory's host gets no faults: fault injection applies to per-client hosts.
 
         :param cids: the client ids the host owns
         :param timeout: ``client_timeout`` in seconds (``None`` or 0: unlimited)
         """
-        build = getattr(self.factory, "make_host", None)
-        return build(cids, timeout) if build is not None else ClientHost(self, cids, timeout)
+        if isinstance(self.factory, HostFactory):
+            return self.factory.make_host(cids, timeout)
+        return FaultyHost(self.factory, cids, timeout, self.faults)

@@ -305,11 +305,9 @@ class Federation:
         """
         cfg, t0 = self.cfg, time.perf_counter()
         tasks = self.strategy.configure(rnd, participants_for(cfg, rnd))
-        tasks = {cid: replace(t, round=rnd, local_steps=t.local_steps or cfg.local_steps) for cid, t in tasks.items()}
+        tasks = {cid: replace(t, round=rnd) for cid, t in tasks.items()}
         with self.stop.interruptible():
-            outcomes = self.executor.fit(
-                tasks, lambda cid: progress.advance(tasks[cid].local_steps or 0), progress.steps
-            )
+            outcomes = self.executor.fit(tasks, lambda cid: progress.advance(cfg.local_steps), progress.steps)
         ok, failed = split_results(outcomes)
         self._count_steps(ok)
         last_ft = cfg.finetune and rnd == cfg.rounds

@@ -1,32 +1,30 @@
-"""What travels between the server and a client, and what a client must do.
+"""What travels between the server and a client.
 
 The server only ever sees parameter vectors and the scalars a client chooses to report (losses,
-sample counts, training metrics). A client's preference, replay buffer or data, optimiser state
-and RNG never leave it.
+sample counts, training metrics). A client's preference, replay buffer or data, optimiser state,
+RNG and local budget never leave it. What a client must do with a :class:`FitTask` is the
+:class:`~morlfed.client.Client` class's contract.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
-
-from morlfed.params import ParamLayout
 
 
 @dataclass
 class FitTask:
     """One round's instructions for one client.
 
+    Every field but ``round`` is the strategy's to set; the local budget is not one of them (a
+    client trains for the run's ``local_steps``, which its factory gave it).
+
     :param params: the model to start from, ``[d]``, or ``[K, d]`` for multi-model strategies
-    :param local_steps: local budget (env steps for RL, epochs for vision); ``None`` means the
-        run's default, filled in by the federation loop
     :param round: the round index (1-based), filled in by the federation loop; clients derive
         their per-round random generators from it
-    :param train_model: with ``[K, d]`` params, train only model ``k`` and return ``[d]``
     :param train_best: with ``[K, d]`` params, the client evaluates its loss on each model, trains
         the one with the lowest loss, returns ``[d]`` and says which in ``FitResult.model_index``
         (IFCA, FedMHC's head choice)
@@ -46,9 +44,7 @@ class FitTask:
     """
 
     params: torch.Tensor
-    local_steps: int | None = None
     round: int = 0
-    train_model: int | None = None
     train_best: bool = False
     train_all: bool = False
     report_losses: bool = False
@@ -65,7 +61,7 @@ class FitResult:
     :param params: the trained model(s), ``[d]`` or ``[K, d]``
     :param num_samples: the amount of local data used (env steps for RL, examples for vision)
     :param losses: per-model losses ``[K]`` when the task asked for them
-    :param model_index: which of the K received models was trained (``train_best``/``train_model``)
+    :param model_index: which of the K received models was trained (``train_best``)
     :param metrics: training metrics, e.g. ``train_reward`` (mean scalarised episode return)
     :param learner_stats: the learner's own training scalars, for experiment tracking only (SB3:
         ``loss`` or ``actor_loss``/``critic_loss``, ``exploration_rate``); strategies never read
@@ -126,8 +122,8 @@ class Evaluation:
 def check_fit_task(task: FitTask, dim: int) -> None:
     """Raise ``ValueError`` saying what is wrong when ``task`` does not fit a client with ``dim`` parameters.
 
-    The faults it finds: params not ``[d]`` or ``[K, d]`` or not finite, no local budget, conflicting or
-    missing model options, a bad proximal term or personal lambda, a non-boolean ``split_budget``.
+    The faults it finds: params not ``[d]`` or ``[K, d]`` or not finite, conflicting or missing model
+    options, a bad proximal term or personal lambda, a non-boolean ``split_budget``.
     """
     params = task.params
     if (
@@ -140,20 +136,13 @@ def check_fit_task(task: FitTask, dim: int) -> None:
         raise ValueError(f"task params must be a tensor of shape [{dim}] or [K, {dim}] with K >= 1, got {shape}")
     if not bool(torch.isfinite(params).all()):
         raise ValueError("task params contain NaN or Inf")
-    steps = task.local_steps
-    if steps is None or isinstance(steps, bool) or steps != int(steps) or int(steps) < 1:
-        raise ValueError(f"local_steps must be an integer >= 1, got {task.local_steps}")
-    options = {"train_model": task.train_model is not None, "train_best": task.train_best, "train_all": task.train_all}
-    chosen = [name for name, on in options.items() if on]
+    chosen = [name for name in ("train_best", "train_all") if getattr(task, name)]
     if len(chosen) > 1:
-        raise ValueError(f"at most one of train_model, train_best, train_all may be set, got {', '.join(chosen)}")
+        raise ValueError("at most one of train_best and train_all may be set, got both")
     if params.ndim == 1 and chosen:
         raise ValueError(f"{chosen[0]} needs [K, {dim}] params, got a single [{dim}] model")
     if params.ndim == 2 and not chosen:
-        raise ValueError(f"[K, d] params (K = {len(params)}) need one of train_model, train_best or train_all")
-    k = task.train_model
-    if k is not None and not (isinstance(k, (int, np.integer)) and not isinstance(k, bool) and 0 <= k < len(params)):
-        raise ValueError(f"train_model must be an integer in [0, {len(params)}), got {task.train_model!r}")
+        raise ValueError(f"[K, d] params (K = {len(params)}) need one of train_best or train_all")
     if not (math.isfinite(task.prox_mu) and task.prox_mu >= 0):
         raise ValueError(f"prox_mu must be a finite number >= 0, got {task.prox_mu}")
     centre = task.prox_centre
@@ -173,33 +162,3 @@ def check_fit_task(task: FitTask, dim: int) -> None:
             raise ValueError(
                 "personal_lambda needs one trained model to regularise towards; it cannot be combined with train_all"
             )
-
-
-@runtime_checkable
-class Client(Protocol):
-    """A federated client. It knows nothing about strategies.
-
-    Duties: load the model(s) of a :class:`FitTask`, train locally with its private objective,
-    honour the task's options (``train_model``, ``train_best``, ``train_all``, ``report_losses``,
-    ``prox_mu``, ``personal_lambda``, ``split_budget``; a task it cannot honour raises ``ValueError``), and evaluate
-    a given model or its personal one. Its private state (preference, replay buffer or data,
-    optimiser state, RNG, personal model) stays inside it across rounds.
-    """
-
-    cid: int
-
-    @property
-    def layout(self) -> ParamLayout:
-        """The layout of the federated parameter vector."""
-
-    def initial_params(self) -> torch.Tensor:
-        """The client's freshly initialised model as a ``[d]`` vector."""
-
-    def fit(self, task: FitTask) -> FitResult:
-        """Train locally as the task says and report the result."""
-
-    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
-        """Evaluate a ``[d]`` model with evaluation randomness derived from ``seed``.
-
-        ``params`` ``None`` evaluates the client's private personal model.
-        """

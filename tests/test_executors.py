@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from morlfed.checkpoint import Checkpointer
+from morlfed.client import Client, TrainJob, TrainOutput
 from morlfed.envs import get_spec
 from morlfed.executors import (
     ClientHost,
@@ -35,7 +36,7 @@ from morlfed.executors import (
     make_executor,
     make_host,
 )
-from morlfed.faults import Fault, FaultyClient, FaultyClientFactory
+from morlfed.faults import Fault, FaultyClientFactory, FaultyHost
 from morlfed.federation import Federation, FederationConfig
 from morlfed.params import ParamLayout
 from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
@@ -88,14 +89,15 @@ def test_ray_executor_gives_the_sequential_run(sequential_run, tmp_path):
     assert_same_run(sequential_run, tmp_path / "run")
 
 
-class CountingClient:
+class CountingClient(Client):
     """A tiny picklable client: its model is ``[cid, fits so far, worker pid]``.
 
     A fit adds ``cid`` to the received vector (client 2 is told to fail in round 3), ``evaluate``
-    reports the vector's sum.
+    reports the vector's sum. Its state is its ``fits`` counter.
     """
 
     def __init__(self, cid: int) -> None:
+        super().__init__([cid], seed=0, local_steps=1)
         self.cid, self.fits = cid, 0
 
     @property
@@ -105,15 +107,28 @@ class CountingClient:
     def initial_params(self) -> torch.Tensor:
         return torch.zeros(3)
 
-    def fit(self, task: FitTask) -> FitResult:
-        if (self.cid, task.round) == (2, 3):
+    def _train(self, jobs: Mapping[int, TrainJob]) -> dict[int, TrainOutput]:
+        ((cid, job),) = jobs.items()
+        if (cid, job.keys[0]) == (2, 3):
             raise RuntimeError("told to fail")
         self.fits += 1
-        info = torch.tensor([float(self.cid), float(self.fits), float(os.getpid())])
-        owner, fits, pid = info.tolist()
-        return FitResult(params=task.params + self.cid, num_samples=1, metrics={"cid": owner, "fits": fits, "pid": pid})
+        return {cid: TrainOutput(job.start + cid)}
 
-    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
+    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
+        raise AssertionError("CountingClient is never asked for a loss")
+
+    def _fit_metrics(self, cid: int, outputs: list[TrainOutput], serving: int) -> dict[str, float]:
+        info = torch.tensor([float(cid), float(self.fits), float(os.getpid())])
+        owner, fits, pid = info.tolist()
+        return {"cid": owner, "fits": fits, "pid": pid}
+
+    def _personal_metrics(self, cid: int, output: TrainOutput) -> dict[str, float]:
+        return {}
+
+    def _num_samples(self, cid: int, steps: int, trained: int) -> int:
+        return 1
+
+    def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
         assert params is not None, "CountingClient has no personal model"
         return Evaluation(
             vector_return=params.numpy(),
@@ -121,6 +136,12 @@ class CountingClient:
             scalarised=float(params.sum()),
             scalarised_discounted=float(seed),
         )
+
+    def get_state(self, cid: int) -> dict[str, Any]:
+        return {"fits": self.fits}
+
+    def set_state(self, cid: int, state: dict[str, Any]) -> None:
+        self.fits = state["fits"]
 
 
 @pytest.mark.slow
@@ -184,8 +205,7 @@ def test_missing_ray_names_the_extra(monkeypatch):
 class RecordingHost(ClientHost):
     """The default host that also logs every batch it is given to ``log_dir/host_<first cid>.jsonl``.
 
-    One line per call: operation, client ids, process id. Its client state is the clients' ``fits``
-    counters (kept where this host chooses, for the state tests).
+    One line per call: operation, client ids, process id.
     """
 
     def __init__(self, factory: Any, cids: Sequence[int], timeout: float | None, log_dir: str) -> None:
@@ -205,17 +225,6 @@ class RecordingHost(ClientHost):
     def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
         self._record("evaluate", [cid for cid, _, _ in requests])
         return super().evaluate_many(requests)
-
-    def get_state(self, cid: int) -> dict[str, Any]:
-        client: Any = self.clients[cid]
-        return client.get_state() if hasattr(client, "get_state") else {"fits": client.fits}
-
-    def set_state(self, cid: int, state: dict[str, Any]) -> None:
-        client: Any = self.clients[cid]
-        if hasattr(client, "set_state"):
-            client.set_state(state)
-        else:
-            client.fits = state["fits"]
 
 
 @dataclass
@@ -316,7 +325,7 @@ def test_checkpoints_go_through_the_hosts_state(make, tmp_path):
 def test_a_run_with_a_factory_host_on_worker_processes_is_the_sequential_run(tmp_path):
     spec = get_spec("deep-sea-treasure")
     fed = FederationConfig(n_clients=3, rounds=2, local_steps=200, seed=2, progress=False)
-    factory = RLClientFactory(spec, np.array([[0.2, 0.8], [0.5, 0.5], [0.9, 0.1]]), fed.seed, 400)
+    factory = RLClientFactory(spec, np.array([[0.2, 0.8], [0.5, 0.5], [0.9, 0.1]]), fed.seed, 200, 2)
     outcomes = []
     for name, executor, fac in (
         ("plain", SequentialExecutor(), factory),
@@ -349,8 +358,8 @@ def test_hosts_are_the_factorys_own_or_per_client(tmp_path):
     assert type(make_host(RecordingFactory(CountingClient, str(tmp_path)), [0, 1], None)) is RecordingHost
     faults = [Fault(0, 1, "raise")]
     host = make_host(FaultyClientFactory(CountingClient, faults), [0, 1], 5.0)
-    assert type(host) is ClientHost and host.timeout == 5.0
-    assert isinstance(host.clients[0], FaultyClient) and isinstance(host.clients[1], CountingClient)
+    assert type(host) is FaultyHost and host.timeout == 5.0 and host.faults == {(0, 1): "raise"}
+    assert all(isinstance(client, CountingClient) for client in host.clients.values())
     # an engine's host is used as is: fault injection applies to per-client hosts
     engine = make_host(FaultyClientFactory(RecordingFactory(CountingClient, str(tmp_path)), faults), [0, 1], None)
     assert type(engine) is RecordingHost and isinstance(engine.clients[0], CountingClient)

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from morlfed.envs import get_spec
-from morlfed.executors import SequentialExecutor, guarded_fit
-from morlfed.faults import Fault, FaultyClient, FaultyClientFactory, parse_faults
+from morlfed.executors import SequentialExecutor
+from morlfed.faults import Fault, FaultyClientFactory, FaultyHost, parse_faults
 from morlfed.federation import Federation, FederationConfig
 from morlfed.protocol import ClientFailure, FitResult, FitTask
 from morlfed.rundir import RunDirectory
@@ -26,7 +26,7 @@ from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
 
 ROOT = Path(__file__).resolve().parents[1]
-FACTORY = RLClientFactory(get_spec("deep-sea-treasure"), np.array([[0.3, 0.7]]), seed=1, total_steps=600)
+FACTORY = RLClientFactory(get_spec("deep-sea-treasure"), np.array([[0.3, 0.7]]), seed=1, local_steps=200, rounds=3)
 
 
 def test_fault_specs_are_validated():
@@ -51,12 +51,13 @@ def test_fault_specs_are_validated():
     [("raise", "exception InjectedFault"), ("hang", "timeout after 1 s"), ("nan", "non-finite parameters")],
 )
 def test_failed_fit_is_rolled_back_and_retried_from_the_last_good_state(kind, reason):
-    faulty, twin = FaultyClient(FACTORY(0), [Fault(0, 2, kind)]), FACTORY(0)
+    faulty, twin = FaultyHost(FACTORY, [0], None, [Fault(0, 2, kind)]), FACTORY(0)
     start = twin.initial_params()
     for round_ in (1, 2, 3):
-        task = FitTask(params=start, local_steps=200, round=round_)
+        task = FitTask(params=start, round=round_)
         # only the hang needs the time limit (a loaded machine may take over 1 s for the others' fit)
-        outcome = guarded_fit(faulty, task, timeout=1.0 if round_ == 2 and kind == "hang" else None)
+        faulty.timeout = 1.0 if round_ == 2 and kind == "hang" else None
+        ((_, outcome),) = faulty.fit_many([(0, task)])
         if round_ == 2:  # the fault trains first, then fails: the twin skips this round altogether
             assert isinstance(outcome, ClientFailure) and outcome.reason.startswith(reason)
             continue
@@ -105,7 +106,7 @@ def test_sequential_run_survives_an_exception_a_hang_and_nan(tmp_path):
         "sequential",
     )
     factory = RLClientFactory(
-        get_spec("deep-sea-treasure"), np.array([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]), seed=0, total_steps=600
+        get_spec("deep-sea-treasure"), np.array([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]), seed=0, local_steps=200, rounds=3
     )
     executor = SequentialExecutor(client_timeout=5)
     executor.start(FaultyClientFactory(factory, faults), 3)

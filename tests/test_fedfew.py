@@ -163,10 +163,10 @@ def test_equal_budget_splits_local_steps_among_the_k_models(equal_budget):
     base = envs.get_spec("deep-sea-treasure")
     spec = dataclasses.replace(base, env_kwargs={}, agent_kwargs={**base.agent_kwargs, "learning_starts": 50})
     steps, w = 240, np.array([0.5, 0.5])  # 240 // 3 = 80: whole DQN rollouts of train_freq 4
-    client, single = (RLClient(0, spec, w, seed=0, total_steps=4 * steps) for _ in range(2))
+    client, single = (RLClient(0, spec, w, seed=0, local_steps=steps, rounds=4) for _ in range(2))
     strategy = make_strategy("fedfew", equal_budget=equal_budget)
     strategy.setup(3, client.initial_params(), client.layout, np.random.default_rng(0))
-    task = dataclasses.replace(strategy.configure(1, [0])[0], local_steps=steps, round=1)
+    task = dataclasses.replace(strategy.configure(1, [0])[0], round=1)
     assert task.split_budget is equal_budget
     result = client.fit(task)
     per_client = steps if equal_budget else 3 * steps
@@ -175,7 +175,7 @@ def test_equal_budget_splits_local_steps_among_the_k_models(equal_budget):
     # are counted apart from the training's (which they do not touch)
     episodes = [client.evaluate(task.params[k], derive_seed(0, "loss", 0, 1, k)).env_steps for k in range(3)]
     assert result.loss_steps_spent == sum(episodes) and all(e >= 1 for e in episodes)
-    single.fit(FitTask(params=task.params[0], local_steps=steps, round=1))
+    single.fit(FitTask(params=task.params[0], round=1))
     assert client.agent.exploration_rate == pytest.approx(single.agent.exploration_rate)
     with pytest.raises(ValueError, match="split_budget must be true or false"):
         client.fit(dataclasses.replace(task, split_budget="yes"))

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
 from morlfed import envs
+from morlfed.client import Client, TrainJob, TrainOutput
 from morlfed.executors import SequentialExecutor
 from morlfed.federation import Federation, FederationConfig
 from morlfed.params import ParamLayout
@@ -104,15 +107,16 @@ def test_absent_client_joins_the_nearest_new_head():
     assert (strat.model_for(3)[MASK] - old_head).norm() < 1.0
 
 
-class _PlantedClient:
-    """A protocol client whose loss is the distance to its own optimum.
+class _PlantedClient(Client):
+    """A client whose loss is the distance to its own optimum; it records what it was asked to evaluate.
 
-    It records what it was asked to evaluate.
+    A training moves its model halfway to the optimum; the personal model's training moves it
+    halfway to the model just trained (its proximal centre).
     """
 
     def __init__(self, cid: int, optimum: torch.Tensor) -> None:
+        super().__init__([cid], seed=0, local_steps=1)
         self.cid, self.optimum = cid, optimum
-        self.personal = torch.zeros(LAYOUT.dim)
         self.evaluated: list[torch.Tensor | None] = []
 
     @property
@@ -122,18 +126,35 @@ class _PlantedClient:
     def initial_params(self) -> torch.Tensor:
         return torch.zeros(LAYOUT.dim)
 
-    def fit(self, task: FitTask) -> FitResult:
-        losses = (task.params - self.optimum).norm(dim=1)
-        best = int(losses.argmin())
-        trained = task.params[best] + 0.5 * (self.optimum - task.params[best])
-        self.personal = self.personal + 0.5 * (trained - self.personal)
-        return FitResult(params=trained, num_samples=10, losses=losses, model_index=best)
+    def _train(self, jobs: Mapping[int, TrainJob]) -> dict[int, TrainOutput]:
+        ((cid, job),) = jobs.items()
+        target = job.centre if job.personal else self.optimum
+        return {cid: TrainOutput(job.start + 0.5 * (target - job.start))}
 
-    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
+    def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
+        return float((params - self.optimum).norm()), None
+
+    def _fit_metrics(self, cid: int, outputs: list[TrainOutput], serving: int) -> dict[str, float]:
+        return {}
+
+    def _personal_metrics(self, cid: int, output: TrainOutput) -> dict[str, float]:
+        return {}
+
+    def _num_samples(self, cid: int, steps: int, trained: int) -> int:
+        return 10
+
+    def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
         self.evaluated.append(params)
-        model = self.personal if params is None else params
+        model = self.personal_model(cid) if params is None else params
+        assert model is not None, "every client trained its personal model"
         score = -float((model - self.optimum).norm())
         return Evaluation(np.array([score]), np.array([score]), score, score)
+
+    def get_state(self, cid: int) -> dict[str, Any]:
+        return {"personal": self.personal_model(cid)}
+
+    def set_state(self, cid: int, state: dict[str, Any]) -> None:
+        self.set_personal_model(cid, state["personal"])
 
 
 @pytest.mark.parametrize("finetune", [False, True])
@@ -147,7 +168,9 @@ def test_federation_evaluates_the_personal_models(finetune):
     outcome = Federation(FedMHC(n_groups=2), executor, cfg).run()
     assert all(client.evaluated == [None] for client in clients)
     for c, client in enumerate(clients):
-        assert outcome.evaluations[c].scalarised == pytest.approx(-float((client.personal - client.optimum).norm()))
+        personal = client.personal_model(c)
+        assert personal is not None
+        assert outcome.evaluations[c].scalarised == pytest.approx(-float((personal - client.optimum).norm()))
 
 
 def test_registered_with_paper_defaults():
@@ -168,16 +191,16 @@ def test_equal_budget_splits_local_steps_between_shared_and_personal_model(equal
     base = envs.get_spec("deep-sea-treasure")
     spec = dataclasses.replace(base, env_kwargs={}, agent_kwargs={**base.agent_kwargs, "learning_starts": 50})
     steps, w = 240, np.array([0.5, 0.5])  # 120 each: whole DQN rollouts of train_freq 4
-    client, single = (RLClient(0, spec, w, seed=0, total_steps=4 * steps) for _ in range(2))
+    client, single = (RLClient(0, spec, w, seed=0, local_steps=steps, rounds=4) for _ in range(2))
     strategy = make_strategy("fedmhc", equal_budget=equal_budget)
     strategy.setup(4, client.initial_params(), client.layout, np.random.default_rng(0))
-    task = dataclasses.replace(strategy.configure(1, [0])[0], local_steps=steps, round=1)
+    task = dataclasses.replace(strategy.configure(1, [0])[0], round=1)
     assert task.split_budget is equal_budget and task.personal_lambda == 1.0
     result = client.fit(task)
     shared = steps // 2 if equal_budget else steps
-    assert result.num_samples == shared and client.personal is not None
+    assert result.num_samples == shared and client.personal_model(0) is not None
     assert result.steps_spent == client.agent.num_timesteps == 2 * shared
-    single.fit(FitTask(params=task.params[0], local_steps=steps, round=1))
+    single.fit(FitTask(params=task.params[0], round=1))
     assert client.agent.exploration_rate == pytest.approx(single.agent.exploration_rate)
 
 

@@ -28,7 +28,7 @@ def spec() -> envs.EnvSpec:
 
 
 def make_client(spec: envs.EnvSpec) -> RLClient:
-    return RLClient(0, spec, np.array([0.8, 0.2]), seed=3, total_steps=2 * STEPS)
+    return RLClient(0, spec, np.array([0.8, 0.2]), seed=3, local_steps=STEPS, rounds=2)
 
 
 class Holder:
@@ -132,8 +132,8 @@ def test_mu_zero_client_equals_fedavg_client(spec: envs.EnvSpec) -> None:
     prox.setup(1, init, layout, rng)
     avg.setup(1, init, layout, rng)
     for rnd in (1, 2):  # the second round starts from kept buffer and optimiser state
-        t_prox = replace(prox.configure(rnd, [0])[0], round=rnd, local_steps=STEPS)
-        t_avg = replace(avg.configure(rnd, [0])[0], round=rnd, local_steps=STEPS)
+        t_prox = replace(prox.configure(rnd, [0])[0], round=rnd)
+        t_avg = replace(avg.configure(rnd, [0])[0], round=rnd)
         r_prox, r_avg = prox_client.fit(t_prox), avg_client.fit(t_avg)
         assert torch.equal(r_prox.params, r_avg.params)
         assert not torch.equal(r_prox.params, t_prox.params)  # it did train
@@ -146,7 +146,7 @@ def test_huge_mu_keeps_the_client_at_the_centre(spec: envs.EnvSpec) -> None:
     start = free.initial_params()
     strategy = FedProx(mu=0.0)
     strategy.setup(1, start, free.layout, np.random.default_rng(0))
-    free_task = replace(strategy.configure(1, [0])[0], round=1, local_steps=STEPS)
+    free_task = replace(strategy.configure(1, [0])[0], round=1)
     held_task = replace(free_task, prox_mu=1e4)
     drift_free = (free.fit(free_task).params - start).norm()
     drift_held = (held.fit(held_task).params - start).norm()
@@ -160,6 +160,6 @@ def test_centre_other_than_start_pulls_towards_it(spec: envs.EnvSpec) -> None:
     client = make_client(spec)
     start = client.initial_params()
     centre = start + 0.05 * torch.sign(torch.randn(start.shape, generator=torch.Generator().manual_seed(1)))
-    t = FitTask(params=start, round=1, local_steps=STEPS, prox_mu=1e4, prox_centre=centre)
+    t = FitTask(params=start, round=1, prox_mu=1e4, prox_centre=centre)
     trained = client.fit(t).params
     assert (trained - centre).norm() < 0.5 * (start - centre).norm()

@@ -70,12 +70,12 @@ def test_the_vectorised_engine_moves_the_bar_while_its_batch_trains(kind: str):
     """
     clients, steps = 4, 400
     prefs = np.array([[0.9, 0.1], [0.6, 0.4], [0.3, 0.7], [0.1, 0.9]])
-    factory = VectorisedClientFactory(envs.get_spec("deep-sea-treasure"), prefs, 0, 2 * steps)
+    factory = VectorisedClientFactory(envs.get_spec("deep-sea-treasure"), prefs, 0, steps, 2)
     executor: Executor = SequentialExecutor() if kind == "sequential" else ProcessExecutor(workers=2)
     executor.start(factory, clients)
     try:
         initial, _ = executor.initial()
-        tasks = {cid: FitTask(params=initial, local_steps=steps, round=1) for cid in range(clients)}
+        tasks = {cid: FitTask(params=initial, round=1) for cid in range(clients)}
         events: list[tuple[str, int]] = []
         with RoundProgress([clients * steps], start_round=1, unit="env steps") as bar:
 

@@ -44,7 +44,7 @@ SPEC = get_spec("deep-sea-treasure")
 FED = FederationConfig(n_clients=3, rounds=4, local_steps=300, seed=3, progress=False)
 PREFS = sample_preferences("equidistant", FED.n_clients, 2, generator(FED.seed, "preferences"))
 CLI_RUN = ["engine=sb3", "n_clients=3", "rounds=4", "local_steps=300", "seed=3", "progress=false"]  # the same run
-FACTORY = RLClientFactory(SPEC, PREFS, FED.seed, FED.rounds * FED.local_steps)
+FACTORY = RLClientFactory(SPEC, PREFS, FED.seed, FED.local_steps, FED.rounds)
 
 
 def rows(run_dir: Path) -> list[dict[str, str]]:
@@ -124,9 +124,9 @@ def test_ctrl_c_in_round_2_stops_at_once_then_resume_equals_uninterrupted(whole,
 
 def test_client_state_round_trips_exactly():
     a, fresh, restored = FACTORY(0), FACTORY(0), FACTORY(0)
-    first = a.fit(FitTask(params=a.initial_params(), local_steps=300, round=1))
-    restored.set_state(state_from_bytes(state_to_bytes(a.get_state())))
-    task = FitTask(params=first.params, local_steps=300, round=2)
+    first = a.fit(FitTask(params=a.initial_params(), round=1))
+    restored.set_state(0, state_from_bytes(state_to_bytes(a.get_state(0))))
+    task = FitTask(params=first.params, round=2)
     want = a.fit(task)
     got = restored.fit(task)
     assert torch.equal(got.params, want.params) and got.metrics == want.metrics

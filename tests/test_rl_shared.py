@@ -18,6 +18,8 @@ import torch
 from stable_baselines3 import DQN
 
 from morlfed import envs
+from morlfed.client import Client
+from morlfed.params import ParamLayout
 from morlfed.protocol import FitTask
 from morlfed.tasks.rl.client import RLClient, RLClientFactory
 from morlfed.tasks.rl.clock import FitClock
@@ -28,9 +30,26 @@ from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
 ROOT = Path(__file__).resolve().parents[1]
 VECTORISED = ROOT / "morlfed" / "tasks" / "rl" / "vectorised"
-STEPS, TOTAL, SEED = 100, 1000, 0
+STEPS, ROUNDS, SEED = 100, 10, 0
 PREFS = np.array([[0.9, 0.1], [0.3, 0.7]])
 FACTORIES: list[type[RLFactory]] = [RLClientFactory, VectorisedClientFactory]
+UP, DOWN = 0, 1
+
+
+def one_client(factory: RLFactory, cid: int) -> Client:
+    """Client ``cid`` on its own: the SB3 engine's client, or an engine of one client."""
+    return factory.engine([cid]) if isinstance(factory, VectorisedClientFactory) else factory(cid)  # type: ignore[operator]
+
+
+def constant_policy(layout: ParamLayout, action: int) -> torch.Tensor:
+    """A Q-network whose only non-zero parameter makes ``action`` the greedy action everywhere.
+
+    On deep-sea-treasure, DOWN from the start reaches treasure 0.7 in one step and UP never ends
+    (100 steps, no treasure): for client 1 (weights 0.3, 0.7), DOWN is the better model.
+    """
+    v = torch.zeros(layout.dim)
+    layout.unflatten(v)["q_net.q_net.4.bias"][action] = 1.0
+    return v
 
 
 @pytest.fixture(scope="module")
@@ -106,15 +125,13 @@ def saved(state: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("factory", FACTORIES, ids=["sb3", "vectorised"])
 def test_each_optimiser_slot_keeps_its_state(spec: envs.EnvSpec, factory: type[RLFactory]) -> None:
-    client = factory(spec, PREFS, SEED, TOTAL)(1)
-    initial = client.initial_params()
-    models = torch.stack(
-        [initial, initial + 0.05 * torch.randn(len(initial), generator=torch.Generator().manual_seed(3))]
-    )
+    client = one_client(factory(spec, PREFS, SEED, STEPS, ROUNDS), 1)
+    good, bad = constant_policy(client.layout, DOWN), constant_policy(client.layout, UP)
     states = []
-    for r, k in enumerate((0, 1, 0), start=1):  # model 0, model 1, model 0 again
-        client.fit(FitTask(params=models, local_steps=STEPS, round=r, train_model=k))
-        states.append(client.get_state())  # type: ignore[attr-defined]
+    for r, k in enumerate((0, 1, 0), start=1):  # model 0, model 1, model 0 again: the good one wins
+        models = torch.stack([good, bad] if k == 0 else [bad, good])
+        assert client.fit(FitTask(params=models, round=r, train_best=True)).model_index == k
+        states.append(client.get_state(1))
     last = states[-1]
     assert last["active_slot"] == "model-0"
     # model 1's Adam state is the one it trained in round 2, untouched by model 0's round 3 ...
@@ -126,8 +143,8 @@ def test_each_optimiser_slot_keeps_its_state(spec: envs.EnvSpec, factory: type[R
 def test_the_exploration_clock_gives_both_engines_the_same_epsilon(spec: envs.EnvSpec) -> None:
     for exploration in ({"exploration_fraction": 0.3, "exploration_initial_eps": 0.9}, {"exploration_fraction": 0.0}):
         decaying = spec.replace(agent_kwargs={**spec.agent_kwargs, **exploration})
-        reference = RLClient(0, decaying, PREFS[0], SEED, TOTAL)
-        vectorised = VectorisedClients([0], decaying, PREFS, SEED, TOTAL)
+        reference = RLClient(0, decaying, PREFS[0], SEED, STEPS, ROUNDS)
+        vectorised = VectorisedClients([0], decaying, PREFS, SEED, STEPS, ROUNDS)
         schedule, agent = reference._schedule, reference.agent
         assert isinstance(agent, DQN) and schedule is not None and agent.exploration_schedule is schedule
         clocks = [(t, offset) for t in (0, 1, 150, 299, 300, 301, 999, 5000) for offset in (0, 7, 300) if offset <= t]
@@ -150,18 +167,17 @@ def test_the_fit_clock_stands_still_within_a_fit() -> None:
 def test_both_engines_carry_the_same_state_and_it_round_trips(spec: envs.EnvSpec) -> None:
     carried = {}
     for factory in FACTORIES:
-        build = factory(spec, PREFS, SEED, TOTAL)
-        client = build(1)
-        initial = client.initial_params()
-        models = torch.stack([initial, initial.flip(0)])
-        client.fit(FitTask(params=models, local_steps=STEPS, round=1, train_model=1, personal_lambda=0.5))
-        state = saved(client.get_state())  # type: ignore[attr-defined]
-        restored = build(1)
-        restored.set_state(saved(state))  # type: ignore[attr-defined]
-        again = restored.get_state()  # type: ignore[attr-defined]
+        build = factory(spec, PREFS, SEED, STEPS, ROUNDS)
+        client = one_client(build, 1)
+        models = torch.stack([constant_policy(client.layout, UP), constant_policy(client.layout, DOWN)])
+        assert client.fit(FitTask(params=models, round=1, train_best=True, personal_lambda=0.5)).model_index == 1
+        state = saved(client.get_state(1))
+        restored = one_client(build, 1)
+        restored.set_state(1, saved(state))
+        again = restored.get_state(1)
         assert set(CarriedState.field_names()) <= set(state) and again.keys() == state.keys()
         assert same(CarriedState.of(again).as_dict(), CarriedState.of(state).as_dict())
-        follow_up = FitTask(params=models, local_steps=STEPS, round=2, train_model=0)
+        follow_up = FitTask(params=models[0], round=2)
         assert torch.equal(restored.fit(follow_up).params, client.fit(follow_up).params)
         carried[factory] = CarriedState.of(state)
     sb3, vectorised = carried.values()

@@ -75,8 +75,8 @@ def test_the_sb3_client_reports_its_training_losses_and_exploration_rate(env: st
     spec = envs.get_spec(env)
     spec = dataclasses.replace(spec, agent_kwargs={**spec.agent_kwargs, "learning_starts": 50})
     m = len(spec.objectives)
-    client = RLClient(0, spec, np.full(m, 1 / m), seed=0, total_steps=1000)
-    stats = client.fit(FitTask(params=client.initial_params(), local_steps=200, round=1)).learner_stats
+    client = RLClient(0, spec, np.full(m, 1 / m), seed=0, local_steps=200, rounds=5)
+    stats = client.fit(FitTask(params=client.initial_params(), round=1)).learner_stats
     if env == "deep-sea-treasure":  # DQN: epsilon after 200 of 1000 steps, decaying over the first half
         assert sorted(stats) == ["exploration_rate", "loss"]
         assert stats["exploration_rate"] == pytest.approx(1.0 - 0.9 * 200 / 500) and stats["loss"] > 0

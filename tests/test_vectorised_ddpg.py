@@ -164,7 +164,7 @@ def test_gradient_steps_equal_sb3_train(
 
 
 def test_layout_and_initial_vector_are_the_sb3_clients(spec: envs.EnvSpec, env: gym.Env) -> None:
-    client = RLClient(0, spec, WEIGHTS, seed=SEED, total_steps=1000)
+    client = RLClient(0, spec, WEIGHTS, seed=SEED, local_steps=100, rounds=10)
     learner = StackedDDPG(N, ddpg_template(spec, env))
     assert learner.layout == client.layout
     assert learner.layout.names[0] == "actor.mu.0.weight" and "critic.qf0.0.weight" in learner.layout.names

@@ -26,7 +26,7 @@ from morlfed.tasks.rl.vectorised.explore import ActionNoise
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 from morlfed.tasks.rl.vectorised.template import template_agent
 
-STEPS, TOTAL, SEED = 80, 800, 0
+STEPS, ROUNDS, SEED = 80, 10, 0
 PREFS = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])
 CIDS = [0, 1, 2]
 
@@ -49,7 +49,7 @@ def truncated(spec: envs.EnvSpec) -> envs.EnvSpec:
 
 
 def engine(spec: envs.EnvSpec, cids: list[int] = CIDS, seed: int = SEED) -> VectorisedClients:
-    return VectorisedClients(cids, spec, PREFS, seed=seed, total_steps=TOTAL)
+    return VectorisedClients(cids, spec, PREFS, seed=seed, local_steps=STEPS, rounds=ROUNDS)
 
 
 @pytest.fixture(scope="module")
@@ -63,9 +63,9 @@ def models(spec: envs.EnvSpec) -> torch.Tensor:
 def tasks(models: torch.Tensor, r: int = 1) -> list[FitTask]:
     """A [d] task with FedProx and losses, a train_all task and a personal_lambda task of round ``r``."""
     return [
-        FitTask(params=models[0], local_steps=STEPS, round=r, report_losses=True, prox_mu=0.1),
-        FitTask(params=models, local_steps=STEPS, round=r, train_all=True),
-        FitTask(params=models, local_steps=STEPS, round=r, train_model=1, personal_lambda=0.5),
+        FitTask(params=models[0], round=r, report_losses=True, prox_mu=0.1),
+        FitTask(params=models, round=r, train_all=True),
+        FitTask(params=models, round=r, train_best=True, personal_lambda=0.5),
     ]
 
 
@@ -74,10 +74,10 @@ def test_fit_results_have_the_sb3_clients_shapes_losses_and_metrics(
     spec: envs.EnvSpec, models: torch.Tensor, kind: int
 ) -> None:
     task = tasks(models)[kind]
-    vec = VectorisedClientFactory(spec, PREFS, SEED, TOTAL).engine(CIDS[:2])
+    vec = VectorisedClientFactory(spec, PREFS, SEED, STEPS, ROUNDS).engine(CIDS[:2])
     results = vec.fit_many({cid: task for cid in CIDS[:2]})
     for i, cid in enumerate(CIDS[:2]):
-        want = RLClient(cid, spec, PREFS[cid], seed=SEED, total_steps=TOTAL).fit(task)
+        want = RLClient(cid, spec, PREFS[cid], seed=SEED, local_steps=STEPS, rounds=ROUNDS).fit(task)
         got: FitResult = results[cid]
         assert got.params.shape == want.params.shape and got.num_samples == want.num_samples
         assert got.model_index == want.model_index and sorted(got.metrics) == sorted(want.metrics)
@@ -115,13 +115,18 @@ def sb3_adam_steps(client: RLClient) -> dict[str, dict[str, float]]:
     }
 
 
-def test_counters_follow_the_sb3_client_with_episodic_training(truncated: envs.EnvSpec, models: torch.Tensor) -> None:
-    rounds = [  # 90 steps: three whole episodes of 30; 100: SB3 finishes the running episode (120 steps)
-        FitTask(params=models[0], local_steps=90, round=1),
-        FitTask(params=models, local_steps=100, round=2, train_all=True),
-        FitTask(params=models, local_steps=100, round=3, train_model=0, personal_lambda=0.2),
+@pytest.mark.parametrize("steps, spent", [(90, 90), (100, 120)])
+def test_counters_follow_the_sb3_client_with_episodic_training(
+    truncated: envs.EnvSpec, models: torch.Tensor, steps: int, spent: int
+) -> None:
+    """90 steps: three whole episodes of 30; 100: SB3 finishes the running episode (120 steps)."""
+    rounds = [
+        FitTask(params=models[0], round=1),
+        FitTask(params=models, round=2, train_all=True),
+        FitTask(params=models[0], round=3, personal_lambda=0.2),
     ]
-    vec, reference = engine(truncated, [1]), RLClient(1, truncated, PREFS[1], seed=SEED, total_steps=TOTAL)
+    vec = VectorisedClients([1], truncated, PREFS, seed=SEED, local_steps=steps, rounds=ROUNDS)
+    reference = RLClient(1, truncated, PREFS[1], seed=SEED, local_steps=steps, rounds=ROUNDS)
     agent = reference.agent
     assert isinstance(agent, DDPG)
     for task in rounds:
@@ -132,7 +137,7 @@ def test_counters_follow_the_sb3_client_with_episodic_training(truncated: envs.E
         steps_per_slot = adam_steps(vec.slots[0], vec.active_slot[0], vec.learner.optimiser_state(0))
         assert steps_per_slot == sb3_adam_steps(reference)
         assert sum(s["critic"] for s in steps_per_slot.values()) == agent._n_updates
-    assert vec.counters.num_timesteps[0] == 90 + 4 * 120  # [d]; two models; a model and the personal one
+    assert vec.counters.num_timesteps[0] == 5 * spent  # [d]; two models; a model and the personal one
     assert vec.counters.n_calls[0] == 0
 
 
@@ -177,10 +182,10 @@ def test_same_seed_same_results_whatever_the_batch(spec: envs.EnvSpec, models: t
 
 def test_a_trained_model_evaluates_identically_in_the_sb3_client(spec: envs.EnvSpec) -> None:
     vec = engine(spec, CIDS[:2])
-    results = vec.fit_many({cid: FitTask(params=vec.initial_params(), local_steps=STEPS, round=1) for cid in CIDS[:2]})
+    results = vec.fit_many({cid: FitTask(params=vec.initial_params(), round=1) for cid in CIDS[:2]})
     for cid in CIDS[:2]:
         assert not torch.equal(results[cid].params, vec.initial_params())
-        reference = RLClient(cid, spec, PREFS[cid], seed=SEED, total_steps=TOTAL)
+        reference = RLClient(cid, spec, PREFS[cid], seed=SEED, local_steps=STEPS, rounds=ROUNDS)
         assert reference.layout == vec.layout and torch.equal(reference.initial_params(), vec.initial_params())
         got, want = vec.evaluate_client(cid, results[cid].params, 5), reference.evaluate(results[cid].params, 5)
         assert np.array_equal(got.vector_return, want.vector_return)

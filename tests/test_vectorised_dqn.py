@@ -212,8 +212,8 @@ def test_flushing_denormals_changes_nothing_above_denormal_scale() -> None:
 def test_layout_and_initial_model_are_the_sb3_clients() -> None:
     spec = make_spec()
     prefs = np.array([[0.2, 0.8], [0.7, 0.3]])
-    reference = RLClient(1, spec, prefs[1], seed=SEED, total_steps=1000)
-    engine = VectorisedClients([0, 1], spec, prefs, seed=SEED, total_steps=1000)
+    reference = RLClient(1, spec, prefs[1], seed=SEED, local_steps=100, rounds=10)
+    engine = VectorisedClients([0, 1], spec, prefs, seed=SEED, local_steps=100, rounds=10)
     assert engine.layout == reference.layout
     assert engine.layout.names == [f"q_net.q_net.{k}.{p}" for k in (0, 2, 4) for p in ("weight", "bias")]
     assert engine.layout.head == ("q_net.q_net.4.weight", "q_net.q_net.4.bias")

@@ -25,7 +25,7 @@ from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 from morlfed.tasks.rl.vectorised.host import VectorisedHost
 
-STEPS, TOTAL, SEED = 150, 1500, 0
+STEPS, ROUNDS, SEED = 150, 10, 0
 PREFS = np.array([[0.9, 0.1], [0.5, 0.5], [0.1, 0.9]])
 CIDS = [0, 1, 2]
 
@@ -38,17 +38,17 @@ def spec() -> envs.EnvSpec:
 
 
 def engine(spec: envs.EnvSpec, cids: list[int] = CIDS, seed: int = SEED) -> VectorisedClients:
-    return VectorisedClients(cids, spec, PREFS, seed=seed, total_steps=TOTAL)
+    return VectorisedClients(cids, spec, PREFS, seed=seed, local_steps=STEPS, rounds=ROUNDS)
 
 
 def tasks_of_every_kind(models: torch.Tensor, r: int = 1) -> list[FitTask]:
-    """[d], train_model, train_best, train_all and personal_lambda tasks of round ``r``."""
+    """[d], split train_all, train_best, train_all and personal_lambda tasks of round ``r``."""
     return [
-        FitTask(params=models[0], local_steps=STEPS, round=r, report_losses=True, prox_mu=0.1),
-        FitTask(params=models, local_steps=STEPS, round=r, train_model=1),
-        FitTask(params=models, local_steps=STEPS, round=r, train_best=True),
-        FitTask(params=models, local_steps=STEPS, round=r, train_all=True, report_losses=True),
-        FitTask(params=models, local_steps=STEPS, round=r, train_best=True, personal_lambda=0.5),
+        FitTask(params=models[0], round=r, report_losses=True, prox_mu=0.1),
+        FitTask(params=models, round=r, train_all=True, split_budget=True),
+        FitTask(params=models, round=r, train_best=True),
+        FitTask(params=models, round=r, train_all=True, report_losses=True),
+        FitTask(params=models, round=r, train_best=True, personal_lambda=0.5),
     ]
 
 
@@ -70,13 +70,13 @@ def assert_same_result(got: FitResult, want: FitResult) -> None:
         assert got.losses is not None and torch.equal(got.losses, want.losses)
 
 
-@pytest.mark.parametrize("kind", range(5), ids=["d", "train_model", "train_best", "train_all", "personal"])
+@pytest.mark.parametrize("kind", range(5), ids=["d", "split", "train_best", "train_all", "personal"])
 def test_fit_results_have_the_sb3_clients_shapes_losses_and_metrics(spec: envs.EnvSpec, kind: int) -> None:
     models = two_models(spec)
     task = tasks_of_every_kind(models)[kind]
     results = engine(spec).fit_many({cid: task for cid in CIDS})
     for cid in CIDS:
-        want = RLClient(cid, spec, PREFS[cid], seed=SEED, total_steps=TOTAL).fit(task)
+        want = RLClient(cid, spec, PREFS[cid], seed=SEED, local_steps=STEPS, rounds=ROUNDS).fit(task)
         assert_same_result(results[cid], want)
         assert results[cid].is_finite() and results[cid].metrics["episodes"] > 0
         # the learner's scalars for tracking: the same keys, the same budget-wide epsilon
@@ -93,9 +93,9 @@ def test_same_seed_same_results_whatever_the_batch(spec: envs.EnvSpec) -> None:
 
 def test_a_trained_model_evaluates_identically_in_the_sb3_client(spec: envs.EnvSpec) -> None:
     vec = engine(spec)
-    results = vec.fit_many({cid: FitTask(params=vec.initial_params(), local_steps=STEPS, round=1) for cid in CIDS})
+    results = vec.fit_many({cid: FitTask(params=vec.initial_params(), round=1) for cid in CIDS})
     for cid in CIDS:
-        reference = RLClient(cid, spec, PREFS[cid], seed=SEED, total_steps=TOTAL)
+        reference = RLClient(cid, spec, PREFS[cid], seed=SEED, local_steps=STEPS, rounds=ROUNDS)
         for seed in (5, 6):
             got, want = (
                 vec.evaluate_client(cid, results[cid].params, seed),
@@ -122,11 +122,12 @@ def test_state_round_trip_reproduces_the_next_fit(spec: envs.EnvSpec) -> None:
 def test_counters_and_exploration_clock_follow_the_sb3_client(spec: envs.EnvSpec, steps: int) -> None:
     models = two_models(spec)
     rounds = [
-        FitTask(params=models[0], local_steps=steps, round=1),
-        FitTask(params=models, local_steps=steps, round=2, train_all=True),
-        FitTask(params=models, local_steps=steps, round=3, train_model=0, personal_lambda=0.2),
+        FitTask(params=models[0], round=1),
+        FitTask(params=models, round=2, train_all=True),
+        FitTask(params=models[0], round=3, personal_lambda=0.2),
     ]
-    vec, reference = engine(spec, [1]), RLClient(1, spec, PREFS[1], seed=SEED, total_steps=TOTAL)
+    vec = VectorisedClients([1], spec, PREFS, seed=SEED, local_steps=steps, rounds=ROUNDS)
+    reference = RLClient(1, spec, PREFS[1], seed=SEED, local_steps=steps, rounds=ROUNDS)
     for task in rounds:
         got, want = vec.fit(task), reference.fit(task)
         assert got.steps_spent == want.steps_spent  # whole rollouts: the overshoot included
@@ -147,7 +148,7 @@ def test_episodic_train_freq_trains_after_every_episode(spec: envs.EnvSpec) -> N
         agent_kwargs={**spec.agent_kwargs, "train_freq": [1, "episode"], "gradient_steps": -1, "learning_starts": 0},
     )
     vec = engine(episodic, [0, 1])
-    vec.fit_many({cid: FitTask(params=vec.initial_params(), local_steps=STEPS, round=1) for cid in (0, 1)})
+    vec.fit_many({cid: FitTask(params=vec.initial_params(), round=1) for cid in (0, 1)})
     for i in range(2):
         lengths = vec.train_envs[i].get_episode_lengths()
         assert vec.counters.num_timesteps[i] == sum(lengths) >= STEPS  # every rollout ends an episode
@@ -161,8 +162,8 @@ def test_host_fails_and_rolls_back_only_the_faulty_clients(spec: envs.EnvSpec) -
     host.engine.replay.data[1, :, reward] = float("nan")  # client 1 diverges
     host.engine.replay.full[1] = True
     before = {cid: host.get_state(cid) for cid in CIDS}
-    tasks = [(cid, FitTask(params=start, local_steps=STEPS, round=1)) for cid in CIDS]
-    tasks.append((3, FitTask(params=start[:5], local_steps=STEPS, round=1)))
+    tasks = [(cid, FitTask(params=start, round=1)) for cid in CIDS]
+    tasks.append((3, FitTask(params=start[:5], round=1)))
     outcomes = dict(host.fit_many(tasks))
     assert isinstance(outcomes[1], ClientFailure) and "non-finite" in outcomes[1].reason
     assert isinstance(outcomes[3], ClientFailure) and "ValueError" in outcomes[3].reason
@@ -175,24 +176,24 @@ def test_host_fails_and_rolls_back_only_the_faulty_clients(spec: envs.EnvSpec) -
         raise RuntimeError("lockstep broke")
 
     host.engine.lockstep.run = broken  # type: ignore[method-assign, assignment]
-    outcomes = dict(host.fit_many([(cid, FitTask(params=start, local_steps=STEPS, round=2)) for cid in (0, 2)]))
+    outcomes = dict(host.fit_many([(cid, FitTask(params=start, round=2)) for cid in (0, 2)]))
     assert all(isinstance(o, ClientFailure) and "lockstep broke" in o.reason for o in outcomes.values())
     assert host.get_state(0)["counters"] == trained  # rolled back to before round 2
 
 
 def test_factory_hosts_and_clients_through_an_executor(spec: envs.EnvSpec) -> None:
-    factory = pickle.loads(pickle.dumps(VectorisedClientFactory(spec, PREFS, SEED, TOTAL)))
+    factory = pickle.loads(pickle.dumps(VectorisedClientFactory(spec, PREFS, SEED, STEPS, ROUNDS)))
     executor = SequentialExecutor(client_timeout=None)
     executor.start(factory, len(CIDS))
-    assert isinstance(executor.host, VectorisedHost)
+    assert isinstance(executor.host, VectorisedHost) and executor.host.batched  # it answers per batch
     initial, layout = executor.initial()
-    task = FitTask(params=initial, local_steps=STEPS, round=1)
+    task = FitTask(params=initial, round=1)
     outcome = executor.fit({cid: task for cid in CIDS})[2]
     assert isinstance(outcome, FitResult)
-    single = factory(2)
+    single = factory.engine([2])
     assert single.layout == layout and torch.equal(single.initial_params(), initial)
     result = single.fit(task)
     assert torch.equal(result.params, outcome.params)
     evaluations = executor.evaluate({2: outcome.params}, {2: 7})
     assert evaluations[2].scalarised == single.evaluate(result.params, 7).scalarised
-    single.set_state(single.get_state())
+    single.set_state(2, single.get_state(2))

@@ -94,7 +94,7 @@ def test_the_engine_refuses_each_argument_it_does_not_implement(agent: str, name
     spec = small_spec(agent, {name: sb3_arguments(agent)[name]})
     assert unhonoured(spec) == [name]
     with pytest.raises(ValueError, match=rf"does not implement agent_kwargs {name} \(") as refusal:
-        VectorisedClients([0], spec, np.full((1, len(spec.objectives)), 1 / len(spec.objectives)), 0, 100)
+        VectorisedClients([0], spec, np.full((1, len(spec.objectives)), 1 / len(spec.objectives)), 0, 100, 1)
     assert "it implements " + ", ".join(sorted(HONOURED[agent])) in str(refusal.value)
 
 
@@ -107,7 +107,7 @@ def test_an_empty_group_of_arguments_is_accepted(group: str) -> None:
 def test_a_learning_rate_schedule_is_refused() -> None:
     spec = small_spec("dqn", {"learning_rate": lambda progress_remaining: 1e-3 * progress_remaining})
     with pytest.raises(ValueError, match="constant learning_rate"):
-        VectorisedClients([0], spec, np.array([[0.5, 0.5]]), 0, 100)
+        VectorisedClients([0], spec, np.array([[0.5, 0.5]]), 0, 100, 1)
 
 
 @pytest.mark.parametrize("agent", sorted(SMALL))
@@ -184,8 +184,8 @@ CHANGED = {
 
 def trained(spec: envs.EnvSpec) -> torch.Tensor:
     """One client's model after a 100-step fit from the shared initial model."""
-    engine = VectorisedClients([0], spec, np.full((1, len(spec.objectives)), 1 / len(spec.objectives)), 0, 200)
-    return engine.fit(FitTask(params=engine.initial_params(), local_steps=100, round=1)).params
+    engine = VectorisedClients([0], spec, np.full((1, len(spec.objectives)), 1 / len(spec.objectives)), 0, 100, 2)
+    return engine.fit(FitTask(params=engine.initial_params(), round=1)).params
 
 
 @pytest.mark.parametrize("agent", sorted(SMALL))

@@ -10,8 +10,10 @@ process, a worker process or a Ray actor) and is the only thing an executor talk
 executor fits through :meth:`ClientHost.fit_many`, evaluates through
 :meth:`ClientHost.evaluate_many` and saves, restores and ships client state through
 :meth:`ClientHost.save` / :meth:`~ClientHost.load` / :meth:`~ClientHost.states` /
-:meth:`~ClientHost.set_states`. Hosts are built by :func:`make_host`: a factory with a
-``make_host(cids, timeout)`` method builds its own host (an *engine*, which trains its clients as
+:meth:`~ClientHost.set_states`. A host holds :class:`~morlfed.client.Client` objects, the one
+client abstraction: the default :class:`ClientHost` one per client id, an engine's host one for
+all its clients. Hosts are built by :func:`make_host`: a :class:`HostFactory` (a factory with a
+``make_host(cids, timeout)`` method) builds its own host (an *engine*, which trains its clients as
 one batched computation), any other factory gets the default per-client :class:`ClientHost`.
 
 An engine's host (a :class:`ClientHost` subclass, built inside the worker, so only the factory
@@ -22,7 +24,7 @@ must be picklable) must provide:
 * :meth:`~ClientHost.fit_many`: one ``(cid, outcome)`` per task, each outcome a ``FitResult`` or
   a ``ClientFailure``, never raising for a client's fault: a client whose training raised, ran past
   ``timeout`` or produced non-finite numbers yields a ``ClientFailure`` and is rolled back to its
-  state from before the call (what :func:`guarded_fit` does for one client). Yielding each result
+  state from before the call (what :func:`guarded_fit` does). Yielding each result
   as soon as it is ready lets the ``process`` executor stream it back; a host that yields only once
   the whole batch is done sets :attr:`~ClientHost.batched` (the time limits of remote executors
   are per answer: see :mod:`morlfed.executors.remote`), should itself limit the batch to
@@ -33,11 +35,11 @@ must be picklable) must provide:
   client's ``torch.save``-able state; ``save``/``load``/``states``/``set_states`` are built on
   them), or those four methods themselves.
 
-Fault injection (:mod:`morlfed.faults`) wraps the clients of per-client hosts only; an engine's
-host runs its clients as they are.
+Fault injection (:mod:`morlfed.faults`) replaces per-client hosts only; an engine's host runs its
+clients as they are.
 
-**Faults.** Every default fit is guarded (:func:`guarded_fit`): the client's state is snapshotted
-first (``get_state``), and a fit that raises, runs past ``client_timeout`` seconds or returns
+**Faults.** Every fit is guarded (:func:`guarded_fit`): the client's state is snapshotted first
+(``get_state``), and a fit that raises, runs past ``client_timeout`` seconds or returns
 non-finite numbers yields a :class:`~morlfed.protocol.ClientFailure` and the client is rolled back
 to that snapshot, so it retries from its last good state next round. The timeout is enforced
 inside the process that runs the client with ``SIGALRM`` (sequential executor included; main
@@ -62,10 +64,10 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 
+from morlfed.client import Client
 from morlfed.params import ParamLayout
-from morlfed.protocol import Client, ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
 
-ClientFactory = Callable[[int], Client]
 FitOutcome = FitResult | ClientFailure
 #: Takes the env steps a batch of clients took since the last call, while the batch still trains.
 StepSink = Callable[[int], None]
@@ -77,21 +79,21 @@ DEFAULT_KILL_GRACE = 30.0
 
 
 @runtime_checkable
-class StatefulClient(Client, Protocol):
-    """A client whose state between rounds can be captured and restored (checkpoints, rollback).
+class HostFactory(Protocol):
+    """A factory that builds its own host: an engine, which trains a worker's clients as one batch."""
 
-    ``get_state`` returns an independent copy (later training does not change it) that
-    :func:`torch.save` can write; ``set_state`` takes ownership of such a state.
-    """
+    def make_host(self, cids: list[int], timeout: float | None) -> ClientHost:
+        """The host of clients ``cids``.
 
-    def get_state(self) -> dict[str, Any]:
-        """Everything the client carries from one round to the next."""
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a state returned by :meth:`get_state`.
-
-        :param state: a state returned by :meth:`get_state`
+        :param cids: the client ids the host owns
+        :param timeout: ``client_timeout`` in seconds per client (``None`` or 0: unlimited)
         """
+
+
+#: What an executor builds clients with: a picklable callable from a client id to its one-client
+#: :class:`~morlfed.client.Client` (kept in a default :class:`ClientHost`), or a
+#: :class:`HostFactory`.
+ClientFactory = Callable[[int], Client] | HostFactory
 
 
 class ClientTimeout(BaseException):
@@ -182,42 +184,53 @@ def describe(exc: BaseException) -> str:
     return f"exception {type(exc).__name__}: {exc}{where}"
 
 
-def guarded_fit(client: Client, task: FitTask, timeout: float | None) -> FitOutcome:
-    """``client.fit(task)`` that never raises.
+def guarded_fit(
+    client: Client,
+    tasks: Mapping[int, FitTask],
+    timeout: float | None,
+    fit: Callable[[Mapping[int, FitTask]], Mapping[int, FitResult]] | None = None,
+) -> dict[int, FitOutcome]:
+    """``client.fit_many(tasks)`` that never raises: each client's result or the reason it failed.
 
-    An exception, a timeout or a non-finite result becomes a :class:`ClientFailure`, and a
-    :class:`StatefulClient` is rolled back to its state from before the fit (a client without
-    ``get_state`` is not, and the failure reason says so).
+    Every client of ``tasks`` is snapshotted first (:meth:`~morlfed.client.Client.get_state`). An
+    exception or running past ``timeout`` fails every client of the call; a non-finite result
+    fails its client alone. A failed client gets a :class:`ClientFailure` and is rolled back to
+    its snapshot, so it retries from its last good state next round.
 
-    :param client: the client
-    :param task: its task
-    :param timeout: seconds the fit may take (``None`` or 0: unlimited)
+    :param client: the object training the clients
+    :param tasks: the tasks by client id
+    :param timeout: seconds the whole call may take (``None`` or 0: unlimited)
+    :param fit: what runs the tasks, by default ``client.fit_many`` (fault injection wraps it:
+        :class:`~morlfed.faults.FaultyHost`)
     """
-    stateful = client if isinstance(client, StatefulClient) else None
-    snapshot = stateful.get_state() if stateful is not None else None
+    snapshots = {cid: client.get_state(cid) for cid in tasks}
     try:
         with alarm(timeout):
-            result = client.fit(task)
+            results = (fit or client.fit_many)(tasks)
     except ClientTimeout as exc:
         reason = str(exc)
     except Exception as exc:
         reason = describe(exc)
     else:
-        if result.is_finite():
-            return result
-        reason = "non-finite parameters"
-    if stateful is not None and snapshot is not None:
-        stateful.set_state(snapshot)
-    else:
-        reason += " (client has no get_state: not rolled back)"
-    return ClientFailure(reason)
+        outcomes: dict[int, FitOutcome] = {}
+        for cid, result in results.items():
+            if result.is_finite():
+                outcomes[cid] = result
+            else:
+                client.set_state(cid, snapshots[cid])
+                outcomes[cid] = ClientFailure("non-finite parameters")
+        return outcomes
+    for cid, snapshot in snapshots.items():
+        client.set_state(cid, snapshot)
+    return {cid: ClientFailure(reason) for cid in tasks}
 
 
 class ClientHost:
     """Owns a fixed subset of the clients: the unit an executor places in a process or actor.
 
     It is also the unit an engine replaces (see the module docstring). This default host keeps one
-    client object per id and fits them one at a time with :func:`guarded_fit`.
+    one-client :class:`~morlfed.client.Client` per id and fits them one at a time with
+    :func:`guarded_fit`.
 
     :param factory: builds a client from its id
     :param cids: the client ids this host owns
@@ -229,7 +242,7 @@ class ClientHost:
     #: kill_grace`` seconds for the batch instead of ``client_timeout + kill_grace`` per answer.
     batched = False
 
-    def __init__(self, factory: ClientFactory, cids: Sequence[int], timeout: float | None) -> None:
+    def __init__(self, factory: Callable[[int], Client], cids: Sequence[int], timeout: float | None) -> None:
         self.cids = list(cids)
         self.timeout = timeout
         self.clients = {cid: factory(cid) for cid in self.cids}
@@ -251,39 +264,34 @@ class ClientHost:
             last call, while it trains; this host answers client by client and does not call it
         """
         for cid, task in tasks:
-            yield cid, guarded_fit(self.clients[cid], task, self.timeout)
+            yield cid, guarded_fit(self.clients[cid], {cid: task}, self.timeout, self._fit)[cid]
+
+    def _fit(self, tasks: Mapping[int, FitTask]) -> Mapping[int, FitResult]:
+        """Run one client's task (:class:`~morlfed.faults.FaultyHost` makes it misbehave)."""
+        ((cid, task),) = tasks.items()
+        return {cid: self.clients[cid].fit(task)}
 
     def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
         """Evaluate models on this host's clients.
 
         :param requests: ``(cid, params, seed)`` triples; ``params`` ``None``: the client's own model
         """
-        return {cid: self.clients[cid].evaluate(params, seed) for cid, params, seed in requests}
+        return {cid: self.clients[cid].evaluate_client(cid, params, seed) for cid, params, seed in requests}
 
     def get_state(self, cid: int) -> dict[str, Any]:
         """Client ``cid``'s state (what a checkpoint stores for it).
 
         :param cid: one of this host's client ids
-        :raises TypeError: the client has no ``get_state``/``set_state``
         """
-        return self._stateful(cid).get_state()
+        return self.clients[cid].get_state(cid)
 
     def set_state(self, cid: int, state: dict[str, Any]) -> None:
         """Restore client ``cid`` from a state returned by :meth:`get_state`.
 
         :param cid: one of this host's client ids
         :param state: its state
-        :raises TypeError: the client has no ``get_state``/``set_state``
         """
-        self._stateful(cid).set_state(state)
-
-    def _stateful(self, cid: int) -> StatefulClient:
-        client = self.clients[cid]
-        if not isinstance(client, StatefulClient):
-            raise TypeError(
-                f"client {cid} ({type(client).__name__}) has no get_state/set_state: it cannot be checkpointed"
-            )
-        return client
+        self.clients[cid].set_state(cid, state)
 
     def save(self, directory: Path) -> None:
         """Write every client's state to ``directory/client_<cid>.pt``.
@@ -324,8 +332,9 @@ def make_host(factory: ClientFactory, cids: Sequence[int], timeout: float | None
     :param cids: the client ids the host owns
     :param timeout: ``client_timeout`` in seconds (``None`` or 0: unlimited)
     """
-    build = getattr(factory, "make_host", None)
-    return build(list(cids), timeout) if build is not None else ClientHost(factory, cids, timeout)
+    if isinstance(factory, HostFactory):
+        return factory.make_host(list(cids), timeout)
+    return ClientHost(factory, cids, timeout)
 
 
 class Executor(ABC):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.noise import NormalActionNoise
 
-from morlfed.client import PERSONAL_SLOT, SingleClient, TrainJob, TrainOutput
+from morlfed.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
 from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
@@ -57,12 +58,13 @@ class TrainingLog(Logger):
         return means
 
 
-class RLClient(RLFitReport, SingleClient):
+class RLClient(RLFitReport, Client):
     """A federated client around an SB3 agent.
 
     **Fit options** (:class:`~morlfed.protocol.FitTask`): interpreted by
-    :class:`~morlfed.client.ClientBase` (which models to train, losses, proximal centres, the
-    personal model); this class trains one model with SB3 and measures a loss.
+    :class:`~morlfed.client.Client` (which models to train, losses, proximal centres, the
+    personal model); this class trains one model with SB3 and measures a loss. Each fit trains
+    for ``local_steps`` env steps.
     ``num_samples`` counts the env steps that trained the returned model(s); ``steps_spent`` the
     env steps of every training of the fit (personal model included), read from SB3's counter.
 
@@ -93,7 +95,7 @@ class RLClient(RLFitReport, SingleClient):
     or else the starting model.
 
     **Personal model** (``personal_lambda``): trained after the shared model(s) with the same
-    proximal wrapper (``mu = lambda``) and its own optimiser slot; ``evaluate(None, seed)``
+    proximal wrapper (``mu = lambda``) and its own optimiser slot; evaluating ``None``
     evaluates it (the shared initial model if the client never trained one).
 
     State carried across rounds (what a checkpoint of the client must hold): the agent (networks,
@@ -107,7 +109,9 @@ class RLClient(RLFitReport, SingleClient):
     :param spec: the environment spec (gym id, agent, SB3 hyper-parameters, gamma, ...)
     :param weights: the client's private preference ``w_i`` (``[m]``, on the simplex)
     :param seed: the run's root seed; every draw derives from (seed, purpose, client, round)
-    :param total_steps: the client's whole training budget, for the exploration schedule
+    :param local_steps: the env steps of one fit
+    :param rounds: the run's rounds: with ``local_steps``, the client's whole budget
+        ``rounds x local_steps``, over which the exploration schedule runs
     :param torch_threads: torch intra-op threads while this client computes
     :param device: the torch device of the agent's networks (parameter vectors are always on the CPU)
     """
@@ -118,12 +122,14 @@ class RLClient(RLFitReport, SingleClient):
         spec: EnvSpec,
         weights: np.ndarray,
         seed: int,
-        total_steps: int,
+        local_steps: int,
+        rounds: int,
         torch_threads: int = 1,
         device: str = "cpu",
     ) -> None:
-        super().__init__(cid)
-        self.spec, self.seed = spec, seed
+        super().__init__([cid], seed, local_steps)
+        self.cid, self.spec = cid, spec
+        total_steps = self.local_steps * rounds
         self.weights = np.asarray(weights, dtype=np.float64)
         self.torch_threads = torch_threads
         torch.set_num_threads(torch_threads)
@@ -173,8 +179,11 @@ class RLClient(RLFitReport, SingleClient):
         """The online network(s) as a ``[d]`` vector; before any fit, the shared initial model."""
         return self._layout.flatten({k: p.cpu() for k, p in self._named_online().items()})
 
+    def _train(self, jobs: Mapping[int, TrainJob]) -> dict[int, TrainOutput]:
+        """Train this client's model of the wave with SB3 (see the class docstring for seeds and the exploration clock)."""
+        return {cid: self._train_one(job) for cid, job in jobs.items()}
+
     def _train_one(self, job: TrainJob) -> TrainOutput:
-        """Train one model with SB3 (see the class docstring for seeds and the exploration clock)."""
         torch.set_num_threads(self.torch_threads)
         seed = derive_seed(self.seed, PERSONAL_SLOT if job.personal else "fit", self.cid, *job.keys)
         before = self.agent.num_timesteps
@@ -184,29 +193,28 @@ class RLClient(RLFitReport, SingleClient):
             learner["exploration_rate"] = float(self.agent.exploration_rate)
         return TrainOutput(params, {"rewards": rewards, "steps": self.agent.num_timesteps - before}, learner)
 
-    def loss(self, params: torch.Tensor, seed: int) -> float:
-        """The client's loss of a ``[d]`` model: ``-(w_i . mean undiscounted return) / spec.return_scale``.
-
-        The mean is over ``spec.eval_episodes`` seeded deterministic episodes.
-        """
-        return -self.evaluate(params, seed).scalarised / self.spec.return_scale
-
-    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
+    def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
         """Run ``spec.eval_episodes`` deterministic episodes with ``params`` (``None``: the personal model).
 
         The model is loaded into a separate copy of the policy (the training agent is untouched).
+
+        :param cid: this client's id
+        :param params: the ``[d]`` model
+        :param seed: the evaluation seed
         """
+        self._check_cid(cid)
         if params is None:
             # A client that never trained a personal model (never sampled) deploys the shared
             # initial model, which is what its personal model would have started from.
-            params = self.personal if self.personal is not None else self._initial
+            personal = self.personal_model(cid)
+            params = personal if personal is not None else self._initial
         torch.set_num_threads(self.torch_threads)
         load_networks(self._eval_policy, self._online, self._layout.unflatten(params.float()))
         return evaluate_episodes(
             self._eval_policy, self.eval_env, self.weights, self.spec.gamma, self.spec.eval_episodes, seed
         )
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self, cid: int) -> dict[str, Any]:
         """Everything the client carries from one round to the next, as a copy that ``torch.save`` can write.
 
         The copy is independent of the client. It holds the agent's networks and active optimiser
@@ -215,7 +223,10 @@ class RLClient(RLFitReport, SingleClient):
         buffers, the training Monitor's episode records, and the client's own ``_episodes_seen``,
         optimiser slots, personal model and exploration clock. RNG states are not part of it:
         every training reseeds them from (seed, client, round).
+
+        :param cid: this client's id
         """
+        self._check_cid(cid)
         agent = self.agent
         learner = copy.deepcopy(
             {
@@ -227,12 +238,22 @@ class RLClient(RLFitReport, SingleClient):
         )
         offset = self._schedule.offset if self._schedule is not None else 0
         carried = CarriedState.capture(
-            self.train_env, self._episodes_seen, self._optimiser_slots, self._active_slot, self.personal, offset
+            self.train_env,
+            self._episodes_seen,
+            self._optimiser_slots,
+            self._active_slot,
+            self.personal_model(cid),
+            offset,
         )
         return learner | carried.as_dict()
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`get_state` (the client takes ownership of it)."""
+    def set_state(self, cid: int, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`get_state` (the client takes ownership of it).
+
+        :param cid: this client's id
+        :param state: the state
+        """
+        self._check_cid(cid)
         agent = self.agent
         agent.set_parameters(state["agent"], exact_match=True, device=self.agent.device)
         agent.replay_buffer = state["replay_buffer"]
@@ -243,7 +264,7 @@ class RLClient(RLFitReport, SingleClient):
         carried.restore_monitor(self.train_env)
         self._episodes_seen = carried.episodes_seen
         self._optimiser_slots, self._active_slot = carried.optimiser_slots, carried.active_slot
-        self.personal = carried.personal
+        self.set_personal_model(cid, carried.personal)
         if self._schedule is not None:
             self._schedule.offset = carried.schedule_offset
 
@@ -317,4 +338,4 @@ class RLClientFactory(RLFactory):
         :param cid: the client id
         """
         w = self.preferences[cid]
-        return RLClient(cid, self.spec, w, self.seed, self.total_steps, self.torch_threads, self.device)
+        return RLClient(cid, self.spec, w, self.seed, self.local_steps, self.rounds, self.torch_threads, self.device)

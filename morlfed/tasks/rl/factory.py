@@ -6,23 +6,22 @@ engine's factory with these fields; the check compares an env spec with what the
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
 from morlfed.envs import EnvSpec
-from morlfed.protocol import Client
 
 
 @dataclass
-class RLFactory(ABC):
+class RLFactory:
     """Builds an engine's RL clients by id; picklable, so worker processes can build their own.
 
     :param spec: the environment spec
     :param preferences: ``[n, m]`` private weights, row ``cid`` for client ``cid``
     :param seed: root seed
-    :param total_steps: each client's whole budget (rounds x local steps)
+    :param local_steps: the env steps of one fit
+    :param rounds: the run's rounds (each client's whole budget is ``rounds x local_steps``)
     :param torch_threads: torch threads per client computation
     :param device: the torch device of the clients' networks
     """
@@ -30,7 +29,8 @@ class RLFactory(ABC):
     spec: EnvSpec
     preferences: np.ndarray
     seed: int
-    total_steps: int
+    local_steps: int
+    rounds: int
     torch_threads: int = 1
     device: str = "cpu"
 
@@ -43,9 +43,7 @@ class RLFactory(ABC):
         :param spec: the environment spec a run asks for
         """
 
-    @abstractmethod
-    def __call__(self, cid: int) -> Client:
-        """Client ``cid``.
-
-        :param cid: the client id
-        """
+    @property
+    def total_steps(self) -> int:
+        """Each client's whole budget, ``rounds x local_steps`` env steps."""
+        return self.rounds * self.local_steps

@@ -15,7 +15,7 @@ from morlfed.seeding import derive_seed
 class RLFitReport:
     """Mixin of the RL engines' clients: the loss of a model and the fit's training metrics.
 
-    It mixes into :class:`~morlfed.client.ClientBase` subclasses with ``spec``, ``seed`` and
+    It mixes into :class:`~morlfed.client.Client` subclasses with ``spec``, ``seed`` and
     ``evaluate_client``.
 
     * **Loss of a model** (IFCA, FedFew, FedMHC, FedPG): ``-(w_i . R) / spec.return_scale``, where

@@ -162,10 +162,11 @@ class RLTask(Task):
         :class:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory` (which also gets the
         precision).
         """
-        total = fed.rounds * fed.local_steps
         factory = ENGINES[self.engine]()
         extra = {"precision": self.precision} if self.engine == "vectorised" else {}
-        return factory(self.spec, self.preferences, fed.seed, total, torch_threads, self.device, **extra)
+        return factory(
+            self.spec, self.preferences, fed.seed, fed.local_steps, fed.rounds, torch_threads, self.device, **extra
+        )
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
         """Write ``final.csv``, ``front.png`` and (last) ``metrics.json``; return the metrics.

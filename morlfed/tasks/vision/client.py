@@ -7,6 +7,7 @@ registered strategy runs on it unchanged.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from morlfed.client import PERSONAL_SLOT, SingleClient, TrainJob, TrainOutput
+from morlfed.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.proximal import install_proximal
@@ -63,10 +64,10 @@ def s_acc_clients(cid: int, n_clients: int, share: float, seed: int) -> np.ndarr
     return np.sort(generator(seed, "s-acc", cid).choice(others, size=m, replace=False))
 
 
-class VisionClient(SingleClient):
+class VisionClient(Client):
     """A federated classification client.
 
-    **Local training.** ``FitTask.local_steps`` is the number of local *epochs*: each epoch visits
+    **Local training.** ``local_steps`` is the number of local *epochs* of a fit: each epoch visits
     the client's training samples once in a random order, in minibatches of
     ``train.batch_size``, with plain SGD on the cross-entropy (``train.lr``, ``train.momentum``;
     a fresh optimiser per training). The order is drawn from a torch generator derived from
@@ -74,7 +75,7 @@ class VisionClient(SingleClient):
     round)``. No global RNG is used.
 
     **Fit options** (:class:`~morlfed.protocol.FitTask`): interpreted by
-    :class:`~morlfed.client.ClientBase`; this class trains one model and measures a loss.
+    :class:`~morlfed.client.Client`; this class trains one model and measures a loss.
 
     **Loss of a model** (``report_losses``, ``train_best``; IFCA, FedFew, FedMHC, FedPG): the mean
     cross-entropy of the *received* model over all the client's training samples, measured in
@@ -97,13 +98,13 @@ class VisionClient(SingleClient):
     **Personal model** (``personal_lambda``, FedMHC): a private ``[d]`` vector, initialised from
     the starting model of the first such task, trained after the shared model for the same
     epochs with ``lambda/2 ||theta - w||^2`` towards ``w`` = the model just trained (the same
-    proximal wrapper with ``mu = lambda``). ``evaluate(None, seed)`` evaluates it (the shared
+    proximal wrapper with ``mu = lambda``). Evaluating ``None`` evaluates it (the shared
     initial model if the client never trained one); it never leaves the client.
 
     ``num_samples`` is the number of local training samples ``n_i`` (the FedAvg weight; each
     of them is used once per epoch).
 
-    **Evaluation** (:meth:`evaluate`), accuracies in percent over pooled samples: ``l_acc`` on the
+    **Evaluation** (:meth:`evaluate_client`), accuracies in percent over pooled samples: ``l_acc`` on the
     client's own test data (L-acc), ``s_acc`` on its own test data together with the test data of
     the other clients drawn by :func:`s_acc_clients` (FedPG's S-acc with share ``c =
     s_share``), ``g_acc`` on every client's test data (G-acc), and ``test_loss``, the mean
@@ -121,6 +122,7 @@ class VisionClient(SingleClient):
     :param model_options: the model's hyper-parameters
     :param train: local SGD settings
     :param seed: the run's root seed
+    :param local_steps: the local epochs of one fit
     :param s_share: FedPG's c, the share of the other clients whose test data enter S-acc, in [0, 1]
     :param torch_threads: torch intra-op threads while this client computes
     """
@@ -134,6 +136,7 @@ class VisionClient(SingleClient):
         model_options: dict[str, Any],
         train: TrainConfig,
         seed: int,
+        local_steps: int,
         s_share: float = 0.5,
         torch_threads: int = 1,
     ) -> None:
@@ -141,8 +144,8 @@ class VisionClient(SingleClient):
             raise ValueError(f"client id {cid} is not in the partition's 0..{partition.n_clients - 1}")
         if not (isinstance(s_share, (int, float)) and 0 <= s_share <= 1):
             raise ValueError(f"s_share (FedPG's c) must be in [0, 1], got {s_share!r}")
-        super().__init__(cid)
-        self.dataset, self.train_config, self.seed = dataset, train, seed
+        super().__init__([cid], seed, local_steps)
+        self.cid, self.dataset, self.train_config = cid, dataset, train
         self.torch_threads = torch_threads
         torch.set_num_threads(torch_threads)
         # The same init seed for every client: all start from one shared initial model.
@@ -179,8 +182,11 @@ class VisionClient(SingleClient):
         """The model as a ``[d]`` vector; before any fit, the shared initial model."""
         return self._layout.flatten(dict(self.model.named_parameters()))
 
+    def _train(self, jobs: Mapping[int, TrainJob]) -> dict[int, TrainOutput]:
+        """Train this client's model of the wave with local SGD epochs (batch order from the job's torch generator)."""
+        return {cid: self._train_one(job) for cid, job in jobs.items()}
+
     def _train_one(self, job: TrainJob) -> TrainOutput:
-        """Train one model with local SGD epochs (batch order from the job's torch generator)."""
         torch.set_num_threads(self.torch_threads)
         purpose = PERSONAL_SLOT if job.personal else "batches"
         batches = torch_generator(self.seed, purpose, self.cid, *job.keys)
@@ -206,13 +212,19 @@ class VisionClient(SingleClient):
         logits = self._logits(self._train_idx)
         return float(F.cross_entropy(logits, self.dataset.labels[self._train_idx]))
 
-    def evaluate(self, params: torch.Tensor | None, seed: int) -> Evaluation:
+    def evaluate_client(self, cid: int, params: torch.Tensor | None, seed: int) -> Evaluation:
         """L-acc, S-acc, G-acc and the local test loss of ``params`` (``None``: the personal model).
 
         Evaluation is deterministic; ``seed`` is accepted for the protocol and unused.
+
+        :param cid: this client's id
+        :param params: the ``[d]`` model
+        :param seed: unused
         """
+        self._check_cid(cid)
         if params is None:
-            params = self.personal if self.personal is not None else self._initial
+            personal = self.personal_model(cid)
+            params = personal if personal is not None else self._initial
         torch.set_num_threads(self.torch_threads)
         self._load(params)
         logits = self._logits(self._pool)
@@ -233,16 +245,25 @@ class VisionClient(SingleClient):
             metrics=metrics,
         )
 
-    def get_state(self) -> dict[str, Any]:
+    def get_state(self, cid: int) -> dict[str, Any]:
         """What the client carries from one round to the next (an independent copy): its personal model.
 
         Models, optimisers and batch orders are rebuilt from every task.
-        """
-        return {"personal": None if self.personal is None else self.personal.clone()}
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a state from :meth:`get_state` (the client takes ownership of it)."""
-        self.personal = state["personal"]
+        :param cid: this client's id
+        """
+        self._check_cid(cid)
+        personal = self.personal_model(cid)
+        return {"personal": None if personal is None else personal.clone()}
+
+    def set_state(self, cid: int, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`get_state` (the client takes ownership of it).
+
+        :param cid: this client's id
+        :param state: the state
+        """
+        self._check_cid(cid)
+        self.set_personal_model(cid, state["personal"])
 
     # ------------------------------------------------------------------------------------------
     def _sgd(
@@ -303,6 +324,7 @@ class VisionClientFactory:
     :param download: let torchvision download a missing dataset
     :param partition: every client's train/test indices
     :param model: the model name
+    :param local_steps: the local epochs of one fit
     :param model_options: the model's hyper-parameters
     :param train: local SGD settings
     :param seed: root seed
@@ -315,6 +337,7 @@ class VisionClientFactory:
     download: bool
     partition: Partition
     model: str
+    local_steps: int
     model_options: dict[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=TrainConfig)
     seed: int = 0
@@ -332,6 +355,7 @@ class VisionClientFactory:
             self.model_options,
             self.train,
             self.seed,
+            self.local_steps,
             self.s_share,
             self.torch_threads,
         )

@@ -105,17 +105,23 @@ class VisionSetup:
         )
         return cls(dataset, partition, root, download, model_name, model, train, float(s_share))
 
-    def client_factory(self, seed: int, torch_threads: int = 1) -> VisionClientFactory:
-        """The picklable factory of this experiment's clients."""
+    def client_factory(self, seed: int, local_steps: int, torch_threads: int = 1) -> VisionClientFactory:
+        """The picklable factory of this experiment's clients.
+
+        :param seed: the run's root seed
+        :param local_steps: the local epochs of one fit
+        :param torch_threads: torch threads per client computation
+        """
         return VisionClientFactory(
-            self.dataset.name,
-            self.root,
-            self.download,
-            self.partition,
-            self.model,
-            self.model_options,
-            self.train,
-            seed,
-            self.s_share,
-            torch_threads,
+            data=self.dataset.name,
+            root=self.root,
+            download=self.download,
+            partition=self.partition,
+            model=self.model,
+            local_steps=local_steps,
+            model_options=self.model_options,
+            train=self.train,
+            seed=seed,
+            s_share=self.s_share,
+            torch_threads=torch_threads,
         )

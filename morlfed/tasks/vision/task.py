@@ -53,7 +53,7 @@ class VisionTask(Task):
 
     def client_factory(self, fed: FederationConfig, torch_threads: int) -> VisionClientFactory:
         """The experiment's picklable :class:`VisionClientFactory`, seeded with the run's root seed."""
-        return self.setup.client_factory(fed.seed, torch_threads)
+        return self.setup.client_factory(fed.seed, fed.local_steps, torch_threads)
 
     def write_results(self, run_dir: RunDirectory, outcome: FederationOutcome, run: RunInfo) -> dict[str, Any]:
         """Write ``final.csv`` and (last) ``metrics.json``; return the metrics.

@@ -1,6 +1,6 @@
 """The vectorised client engine: all DQN or DDPG clients of a worker trained as one batched computation.
 
-:class:`VectorisedClients` is a :class:`~morlfed.client.ClientBase` owning several clients. It
+:class:`VectorisedClients` is a :class:`~morlfed.client.Client` owning several clients. It
 reproduces the SB3 client (:class:`~morlfed.tasks.rl.client.RLClient`) client by client: the same
 env per client (``make_train_env(spec, w_i, seed=derive_seed(seed, "train-env", cid))``), the same
 networks and shared initial parameters, SB3's ``learn`` loop (``train_freq`` in steps or episodes,
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ import torch
 from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
-from morlfed.client import PERSONAL_SLOT, ClientBase, TrainJob, TrainOutput
+from morlfed.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
 from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
@@ -81,7 +81,7 @@ def stacked_algorithm(
     return agent, learner, ActionNoise.of(agent, learner, spec.agent_kwargs.get("action_noise_std"))
 
 
-class VectorisedClients(RLFitReport, ClientBase):
+class VectorisedClients(RLFitReport, Client):
     """Several DQN or DDPG clients trained in lockstep (see the module docstring).
 
     **Fit options, seeds, losses, metrics**: those of the SB3 client
@@ -107,7 +107,9 @@ class VectorisedClients(RLFitReport, ClientBase):
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
     :param preferences: ``[n, m]`` weights; row ``cid`` is client ``cid``'s ``w_i``
     :param seed: the run's root seed
-    :param total_steps: each client's whole budget (rounds x local steps), for the epsilon schedule
+    :param local_steps: the env steps of one fit
+    :param rounds: the run's rounds (each client's whole budget, ``rounds x local_steps``, is the
+        epsilon schedule's)
     :param torch_threads: torch intra-op threads
     :param device: ``"cpu"`` or ``"cuda"``: where the stacked networks, replay and updates live
         (envs and evaluation run on the CPU)
@@ -121,16 +123,18 @@ class VectorisedClients(RLFitReport, ClientBase):
         spec: EnvSpec,
         preferences: np.ndarray,
         seed: int,
-        total_steps: int,
+        local_steps: int,
+        rounds: int,
         torch_threads: int = 1,
         device: str = "cpu",
         precision: str = "fp32",
     ) -> None:
-        super().__init__()
         if not cids or len(set(cids)) != len(cids):
             raise ValueError(f"cids must be distinct client ids, at least one, got {cids}")
+        super().__init__(cids, seed, local_steps)
         check_agent_kwargs(spec)
-        self.cids, self.spec, self.seed = list(cids), spec, seed
+        self.spec = spec
+        total_steps = self.local_steps * rounds
         self.torch_threads, self.device = torch_threads, torch.device(device)
         torch.set_num_threads(torch_threads)
         self.index = {cid: i for i, cid in enumerate(self.cids)}
@@ -233,13 +237,6 @@ class VectorisedClients(RLFitReport, ClientBase):
         load_networks(self._eval_policy, self._networks, self.layout.unflatten(params.float()))
         env, weights = self.eval_envs[self.index[cid]], self.weights[cid]
         return evaluate_episodes(self._eval_policy, env, weights, self.spec.gamma, self.spec.eval_episodes, seed)
-
-    def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
-        """Evaluate models on this object's clients.
-
-        :param requests: ``(cid, params, seed)`` triples; ``params`` ``None``: the client's personal model
-        """
-        return {cid: self.evaluate_client(cid, params, seed) for cid, params, seed in requests}
 
     # ------------------------------------------------------------------------------------------
     # state
