@@ -94,7 +94,7 @@ def _line_with(override: Override, value: Any) -> str:
 
 
 @contextlib.contextmanager
-def _compose_api() -> Iterator[None]:
+def compose_api() -> Iterator[None]:
     """Hydra's compose API on morlfed's configuration, from a fresh global hydra."""
     if GlobalHydra.instance().is_initialized():
         GlobalHydra.instance().clear()
@@ -141,7 +141,7 @@ def _composed(overrides: list[Override]) -> Iterator[tuple[dict[str, Any], dict[
         for option in options[1:]:
             others = [line for j, line in enumerate(first) if j != k]
             variants.append([*fixed, *others, _line_with(override, option)])
-    with _compose_api():
+    with compose_api():
         for lines in variants:
             try:
                 cfg = compose("config", overrides=lines, return_hydra_config=True)
@@ -299,7 +299,7 @@ def sweep_dir(overrides: list[Override]) -> Path | None:
         return None
     lines = [_line(o) for o in overrides if not o.is_sweep_override()]
     lines += [_line_with(o, values[0]) for o, values in swept]
-    with _compose_api():
+    with compose_api():
         try:
             cfg = compose("config", overrides=lines, return_hydra_config=True)
         except HydraException:  # a value that reads otherwise as one element of a sweep

@@ -9,13 +9,12 @@ commit is ``None``; the version still says which release ran.
 from __future__ import annotations
 
 import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import morlfed
-
 #: the directory whose git checkout (if any) holds the running morlfed package
-PACKAGE_ROOT = Path(morlfed.__file__).resolve().parent
+PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -49,10 +48,18 @@ def code_version(root: Path = PACKAGE_ROOT) -> dict[str, Any]:
         else _git(root, "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *NOT_CODE)
     )
     return {
-        "morlfed": morlfed.__version__,
+        "morlfed": package_version(),
         "commit": commit,
         "modified": None if status is None else bool(status),
     }
+
+
+def package_version() -> str:
+    """The installed package's version (``pyproject.toml``'s), ``"unknown"`` for a checkout that was never installed."""
+    try:
+        return version("morlfed")
+    except PackageNotFoundError:
+        return "unknown"
 
 
 def describe_code(code: dict[str, Any]) -> str:

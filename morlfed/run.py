@@ -26,7 +26,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import hydra
 import numpy as np
@@ -177,13 +177,6 @@ def _remove_new_run_dir(path: Path) -> None:
             parent = parent.parent
 
 
-def _fail(out: Path, exc: ConfigError) -> NoReturn:
-    """Bad input: remove the run directory hydra made, print one line, exit with status 2."""
-    _remove_new_run_dir(out)
-    print(f"morlfed: error: {exc}", file=sys.stderr)
-    sys.exit(EXIT_BAD_INPUT)
-
-
 def _start_tracker(plan: Plan, cfg: DictConfig, out: Path) -> Tracker:
     """The run's tracker (``logger=``).
 
@@ -198,7 +191,8 @@ def _start_tracker(plan: Plan, cfg: DictConfig, out: Path) -> Tracker:
         for path in set(out.iterdir()) - before if out.is_dir() else ():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        _fail(out, ConfigError(f"logger={HydraConfig.get().runtime.choices['logger']}: {first}"))
+        _remove_new_run_dir(out)
+        raise ConfigError(f"logger={HydraConfig.get().runtime.choices['logger']}: {first}") from exc
 
 
 def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, source: Path | None) -> None:
@@ -320,12 +314,18 @@ def _record_stop(out: Path, rounds: int, sig: signal.Signals) -> None:
     print(f"morlfed: {record.describe()} ({kept})\ncontinue with: {command}", file=sys.stderr)
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> dict | None:
-    """Run one federated experiment as configured.
+def execute(cfg: DictConfig) -> dict[str, Any]:
+    """Run one federated experiment as composed, in the output directory hydra's config names; return its metrics.
 
-    SIGINT and SIGTERM stop it within seconds (:mod:`morlfed.interrupt`), keeping the last
-    completed round's checkpoint.
+    It is the command line's run (:func:`main`) and the programmatic API's
+    (:func:`morlfed.api.run_experiment`): both compose the configuration with hydra and run it here,
+    with :class:`~hydra.core.hydra_config.HydraConfig` set. SIGINT and SIGTERM stop it within
+    seconds (:mod:`morlfed.interrupt`), keeping the last completed round's checkpoint.
+
+    :param cfg: the composed configuration
+    :raises ConfigError: bad input; the run directory made for the run is removed again
+    :raises RunStopped: a signal stopped the run; its directory is marked stopped (a second signal
+        raises :class:`~morlfed.interrupt.StopNow`, a ``SystemExit``)
     """
     out = Path(HydraConfig.get().runtime.output_dir)
     with StopSignals() as stop:
@@ -335,14 +335,30 @@ def main(cfg: DictConfig) -> dict | None:
                 check_new_run_dir(out, _dir_key(), ignore={".hydra", "run.log"})
             plan = build_plan(cfg)
             checkpoint, source = _start_point(cfg, out)
-        except ConfigError as exc:
-            _fail(out, exc)
+        except ConfigError:
+            _remove_new_run_dir(out)
+            raise
         try:
             stop.check()
             return _run(plan, cfg, out, checkpoint, source, stop)
         except (RunStopped, StopNow) as exc:
             _record_stop(out, plan.fed.rounds, exc.signal)
-            sys.exit(exit_status(exc.signal))
+            raise
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> dict | None:
+    """The command line's run: :func:`execute`, with bad input as one error line and exit status 2.
+
+    A stopped run exits with the signal's status (:func:`~morlfed.interrupt.exit_status`).
+    """
+    try:
+        return execute(cfg)
+    except ConfigError as exc:
+        print(f"morlfed: error: {exc}", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+    except (RunStopped, StopNow) as exc:
+        sys.exit(exit_status(exc.signal))
 
 
 def _run(

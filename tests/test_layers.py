@@ -59,10 +59,10 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
             "morlfed.config_groups",
             "morlfed.resume",
             "morlfed.provenance",
-            "morlfed",
         ),
     ),
     (6, "analysis", ("morlfed.analysis",)),
+    (7, "python api", ("morlfed.api", "morlfed")),
 ]
 STRATEGY_NAMES = re.compile(r"\b(fedpref|fedavg|fedprox|cfl|matfl|ifca|fedfew|fedmhc|fedpg)\b", re.IGNORECASE)
 MAX_LINES = 450

@@ -110,6 +110,16 @@ def outputs(nb: nbformat.NotebookNode, mime: str) -> list[str]:
     ]
 
 
+def assert_the_api_cell_ran(nb: nbformat.NotebookNode) -> None:
+    """The last cell ran an experiment through ``morlfed.run_experiment`` and showed its front and figure."""
+    last = nb.cells[-1]
+    assert "morlfed.run_experiment(" in last.source
+    text = "".join(o.get("text", "") for o in last.outputs)
+    assert "experiment through the API: hypervolume" in text
+    shown = [o["data"] for o in last.outputs if "data" in o]
+    assert any("image/png" in data for data in shown) and any("text/html" in data for data in shown)
+
+
 def test_notebooks_are_committed_without_outputs_and_read_runs_from_the_first_cell():
     for name in ("pareto_fronts.ipynb", "metrics.ipynb"):
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -122,8 +132,9 @@ def test_notebooks_are_committed_without_outputs_and_read_runs_from_the_first_ce
 def test_pareto_fronts_notebook(kernel_env, runs, monkeypatch):
     monkeypatch.setenv("MORLFED_RUNS", str(runs))
     nb = execute("pareto_fronts.ipynb")
-    # 2 runs' fronts, 1 comparison, 1 learning-curve figure, FedPref's heatmaps and clusters
-    assert len(outputs(nb, "image/png")) == 6
+    # 2 runs' fronts, 1 comparison, 1 learning-curve figure, FedPref's heatmaps and clusters; the API's run
+    assert len(outputs(nb, "image/png")) == 7
+    assert_the_api_cell_ran(nb)
     tables = "\n".join(outputs(nb, "text/plain"))
     assert "0_local_equidistant_seed0" in tables and "1_fedpref_equidistant_seed0" in tables
     assert "known" in tables  # DST's reference front
@@ -147,8 +158,9 @@ def test_notebooks_find_the_quick_start_run_with_no_environment_variable(kernel_
     nb = execute("pareto_fronts.ipynb", quick_start)
     tables = "\n".join(outputs(nb, "text/plain"))
     assert "deep-sea-treasure" in tables and "fedpref" in tables
-    # the run's front, the comparison, its learning curve, its clusters; the stopped run's curve
-    assert len(outputs(nb, "image/png")) == 5
+    # the run's front, the comparison, its learning curve, its clusters; the stopped run's curve; the API's run
+    assert len(outputs(nb, "image/png")) == 6
+    assert_the_api_cell_ran(nb)
     assert "1 of 1 runs logged clusters" in streams(nb) and "1 unfinished runs" in streams(nb)
     nb = execute("metrics.ipynb", quick_start)
     assert "| fedpref |" in "\n".join(outputs(nb, "text/markdown"))

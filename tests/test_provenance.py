@@ -7,6 +7,7 @@ checkout.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -95,3 +96,10 @@ def test_a_run_records_the_code_that_ran(tmp_path: Path, morlfed_cli) -> None:
     expected = code_version()
     assert json.loads((out / "metrics.json").read_text())["code"] == expected
     assert f"code: {describe_code(expected)}" in (out / "run.log").read_text()
+
+
+def test_the_version_is_pyproject_tomls() -> None:
+    """One source of truth: ``morlfed.__version__`` and the runs' records read the installed metadata."""
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    declared = re.search(r'^version = "(.+)"$', pyproject, re.M).group(1)  # type: ignore[union-attr]
+    assert morlfed.__version__ == declared == code_version()["morlfed"]

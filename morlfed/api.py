@@ -1,0 +1,241 @@
+"""Run experiments from Python: :func:`run_experiment`, and read any run back as an :class:`ExperimentResult`.
+
+``run_experiment(env="mo-lunar-lander", dist="dirichlet", algo="fedavg", rounds=2)`` is the
+command line ``python -m morlfed.run env=mo-lunar-lander dist=dirichlet algo=fedavg rounds=2``
+run in this process: the same checks of the overrides (:func:`morlfed.overrides.precheck_argv`),
+the same composition (hydra's compose API on the same configuration), the same run
+(:func:`morlfed.run.execute`) and the same run directory. Bad input raises the
+:class:`~morlfed.settings.ConfigError` whose message the command line prints. Nothing is left
+behind in the process: hydra's global state, the logging configuration and torch's thread count
+are restored, so two calls give the numbers two command-line runs give.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from hydra import compose
+from hydra._internal.callbacks import Callbacks
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import run_job
+from hydra.types import HydraContext
+from matplotlib.figure import Figure
+from omegaconf import DictConfig
+
+from morlfed.analysis.campaign import reference_fronts, returns_gamma
+from morlfed.analysis.charts import learning_curves_figure
+from morlfed.analysis.runs import Run, load_run
+from morlfed.figures import front_figure, non_dominated_mask
+from morlfed.overrides import SHOW_FLAGS, compose_api, parse, precheck_argv
+from morlfed.resume import resume_argv
+from morlfed.run import execute
+from morlfed.settings import ConfigError
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """A finished run, read from its run directory.
+
+    :param run_dir: the run directory
+    :param metrics: ``metrics.json``: the headline metrics and the run's record (engine, budget,
+        wall time, ...)
+    :param final: ``final.csv``: one row per client (preference, returns or accuracies, model id,
+        env steps)
+    :param rounds: ``rounds.csv``: one row per round (training reward, aggregation, failures,
+        evaluation when ``eval_every`` asked for it)
+    """
+
+    run_dir: Path
+    metrics: dict[str, Any]
+    final: pd.DataFrame
+    rounds: pd.DataFrame
+
+    @classmethod
+    def load(cls, run_dir: str | Path) -> ExperimentResult:
+        """Read a finished run directory (one written by :func:`run_experiment` or by the command line).
+
+        :param run_dir: the run directory
+        :raises FileNotFoundError: it holds no finished run (no ``metrics.json``)
+        """
+        path = Path(run_dir)
+        if not (path / "metrics.json").is_file():
+            raise FileNotFoundError(f"{path} holds no finished run: no metrics.json")
+        metrics = json.loads((path / "metrics.json").read_text())
+        return cls(path, metrics, pd.read_csv(path / "final.csv"), pd.read_csv(path / "rounds.csv"))
+
+    @property
+    def returns(self) -> pd.DataFrame | None:
+        """Each client's discounted vector return (``disc_return_<k>`` columns), ``None`` for a task without returns."""
+        columns = sorted((c for c in self.final.columns if c.startswith("disc_return_")), key=_objective)
+        return self.final[["client", *columns]] if columns else None
+
+    @property
+    def front(self) -> pd.DataFrame | None:
+        """The clients whose discounted returns no other client's dominate: the run's front.
+
+        The rows of :attr:`final` (preference, returns, model) of those clients; ``None`` for a
+        task without vector returns (vision).
+        """
+        returns = self.returns
+        if returns is None:
+            return None
+        keep = non_dominated_mask(returns.drop(columns="client").to_numpy(dtype=float))
+        return self.final[keep].reset_index(drop=True)
+
+    def plot_front(self) -> Figure:
+        """The clients' discounted returns, coloured by preference, against the env's reference front.
+
+        The reference is the env's known front when it has one (the front the run's metrics are
+        measured against), else the run's own; non-dominated clients are ringed. It is the figure
+        the Pareto-front notebook draws for a run.
+
+        :raises ValueError: the run's task has no vector returns
+        """
+        if self.returns is None:
+            raise ValueError(f"{self.run_dir} has no vector returns to plot (a vision run?)")
+        run = load_run(self.run_dir)
+        assert isinstance(run, Run), "a run with vector returns is an RL run"
+        reference = reference_fronts([run])[run.env, returns_gamma(run.spec, "discounted")]
+        title = f"{run.env} / {run.label} / seed {run.seed}"
+        return front_figure(
+            run.returns_of("discounted"),
+            run.weights,
+            reference.points,
+            run.spec.objectives,
+            title,
+            f"{reference.source} front",
+        )
+
+    def plot_learning(self, column: str = "mean_train_reward") -> Figure:
+        """One of ``rounds.csv``'s columns over the rounds (default: the mean scalarised training reward).
+
+        :param column: the column, e.g. ``mean_eval_scalarised`` for a run with ``eval_every``
+        :raises ValueError: ``rounds.csv`` has no such column
+        """
+        if column not in self.rounds.columns:
+            raise ValueError(f"rounds.csv has no column {column!r}; it has {', '.join(self.rounds.columns)}")
+        curve = self.rounds[["round", column]].dropna().rename(columns={column: "value"})
+        curve = curve.assign(label=str(self.metrics.get("label", "run")), seed=self.metrics.get("seed", 0))
+        return learning_curves_figure(curve, title=str(self.run_dir), ylabel=column)
+
+
+def run_experiment(
+    *, overrides: Sequence[str] = (), run_dir: str | Path | None = None, **settings: Any
+) -> ExperimentResult:
+    """Run one experiment as the command line would, in this process, and return its result.
+
+    ``run_experiment(env="mo-lunar-lander", rounds=2, local_steps=300)`` is
+    ``python -m morlfed.run env=mo-lunar-lander rounds=2 local_steps=300``: keyword arguments are
+    config groups (``env``, ``dist``, ``algo``, ``executor``, ``task``, ...) and top-level settings
+    (``n_clients``, ``rounds``, ``seed``, ``finetune``, ...), written as the command line writes
+    them (``True`` as ``true``, ``None`` as ``null``, lists and mappings in hydra's syntax).
+
+    :param overrides: further overrides in command-line syntax, for nested keys and additions
+        (``"algo.top_r=0.5"``, ``"env.agent_kwargs.learning_rate=0.001"``)
+    :param run_dir: the run directory (``hydra.run.dir``); by default a new one under ``runs/``,
+        as the command line's
+    :param settings: config groups and top-level settings
+    :raises ConfigError: bad input (an unknown key or option, a value of the wrong type, a run
+        directory that holds another run): the command line's error, and nothing is written
+    :raises morlfed.interrupt.RunStopped: SIGINT or SIGTERM stopped the run (it can be resumed)
+    """
+    argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
+    if run_dir is not None:
+        argv.append(f"hydra.run.dir={run_dir}")
+    _refuse_what_only_the_command_line_does(argv)
+    argv = resume_argv(argv)
+    precheck_argv(argv)
+    outcome: dict[str, Any] = {}
+
+    def task(cfg: DictConfig) -> None:
+        outcome["run_dir"] = Path(HydraConfig.get().runtime.output_dir)
+        try:
+            outcome["metrics"] = execute(cfg)
+        except BaseException as exc:  # a stop too: handed back after hydra's cleanup
+            outcome["error"] = exc
+
+    with _process_state_restored(), compose_api():
+        cfg = compose("config", overrides=[*argv, "hydra.job.name=run"], return_hydra_config=True)
+        context = HydraContext(GlobalHydra.instance().config_loader(), Callbacks(cfg))
+        run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None, hydra_context=context)
+    if "error" in outcome:
+        raise outcome["error"]
+    return ExperimentResult.load(outcome["run_dir"])
+
+
+def _override(key: str, value: Any) -> str:
+    """One ``key=value`` override, the value written in hydra's override syntax."""
+    return f"{key}={_value(value)}"
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(value.item() if isinstance(value, np.generic) else value)
+    if isinstance(value, (str, Path)):
+        text = str(value)
+        # quoted where hydra's grammar would read the text as something else (a list, a sweep, ...)
+        plain = text and all(c.isalnum() or c in "-_./:+@" for c in text)
+        return text if plain else "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_value(v) for v in value) + "]"
+    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) as a command-line value")
+
+
+def _refuse_what_only_the_command_line_does(argv: list[str]) -> None:
+    """A sweep, hydra's flags: the command line's, not one experiment's."""
+    flags = [a for a in argv if a.startswith("-")]
+    if flags:
+        raise ConfigError(f"{flags[0]} is a command-line flag; run_experiment runs one experiment")
+    sweeps = [o for o in parse(argv) if o.is_sweep_override()]
+    if sweeps:
+        raise ConfigError(
+            f"{sweeps[0].input_line} is a sweep; run_experiment runs one experiment: call it once per value "
+            "(or run the sweep with python -m morlfed.run -m)"
+        )
+    assert not set(argv) & set(SHOW_FLAGS), "flags are refused above"
+
+
+def _objective(column: str) -> int:
+    return int(column.rsplit("_", 1)[1])
+
+
+@contextlib.contextmanager
+def _process_state_restored() -> Iterator[None]:
+    """Put back what a run changes in the process: the logging configuration, hydra's config, torch's threads."""
+    root = logging.getLogger()
+    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
+    loggers = {
+        name: (lg.level, lg.disabled)
+        for name, lg in logging.Logger.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger)
+    }
+    hydra_config = HydraConfig.instance().cfg
+    try:
+        yield
+    finally:
+        for handler in set(root.handlers) - set(handlers):
+            handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, (lg_level, disabled) in loggers.items():
+            lg = logging.getLogger(name)
+            lg.setLevel(lg_level)
+            lg.disabled = disabled
+        HydraConfig.instance().cfg = hydra_config
+        torch.set_num_threads(threads)
