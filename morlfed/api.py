@@ -38,7 +38,7 @@ from morlfed.analysis.runs import Run, load_run
 from morlfed.figures import front_figure, non_dominated_mask
 from morlfed.overrides import SHOW_FLAGS, compose_api, parse, precheck_argv
 from morlfed.resume import resume_argv
-from morlfed.run import execute
+from morlfed.run import Plan, build_plan, execute
 from morlfed.settings import ConfigError
 
 
@@ -152,9 +152,6 @@ def run_experiment(
     argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
     if run_dir is not None:
         argv.append(f"hydra.run.dir={run_dir}")
-    _refuse_what_only_the_command_line_does(argv)
-    argv = resume_argv(argv)
-    precheck_argv(argv)
     outcome: dict[str, Any] = {}
 
     def task(cfg: DictConfig) -> None:
@@ -164,13 +161,39 @@ def run_experiment(
         except BaseException as exc:  # a stop too: handed back after hydra's cleanup
             outcome["error"] = exc
 
-    with _process_state_restored(), compose_api():
-        cfg = compose("config", overrides=[*argv, "hydra.job.name=run"], return_hydra_config=True)
+    with _composed(argv) as cfg:
         context = HydraContext(GlobalHydra.instance().config_loader(), Callbacks(cfg))
         run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None, hydra_context=context)
     if "error" in outcome:
         raise outcome["error"]
     return ExperimentResult.load(outcome["run_dir"])
+
+
+def plan_experiment(*, overrides: Sequence[str] = (), **settings: Any) -> Plan:
+    """The validated parts of an experiment, built as :func:`run_experiment` builds them, nothing run or written.
+
+    The task (its clients' factory: ``plan.task.client_factory(plan.fed, threads)``), the
+    strategy, the federation's settings and the executor: what another framework needs to run
+    morlfed's strategies and clients its own way (:mod:`morlfed.flower`).
+
+    :param overrides: further overrides in command-line syntax
+    :param settings: config groups and top-level settings, as for :func:`run_experiment`
+    :raises ConfigError: bad input, the command line's error
+    """
+    argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
+    with _composed(argv) as cfg:
+        HydraConfig.instance().set_config(cfg)
+        return build_plan(cfg)
+
+
+@contextlib.contextmanager
+def _composed(argv: list[str]) -> Iterator[DictConfig]:
+    """The configuration of a command line, checked as the command line checks it, hydra's state restored after."""
+    _refuse_what_only_the_command_line_does(argv)
+    argv = resume_argv(argv)
+    precheck_argv(argv)
+    with _process_state_restored(), compose_api():
+        yield compose("config", overrides=[*argv, "hydra.job.name=run"], return_hydra_config=True)
 
 
 def _override(key: str, value: Any) -> str:

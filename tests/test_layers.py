@@ -63,6 +63,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     ),
     (6, "analysis", ("morlfed.analysis",)),
     (7, "python api", ("morlfed.api", "morlfed")),
+    (8, "flower interop", ("morlfed.flower",)),
 ]
 STRATEGY_NAMES = re.compile(r"\b(fedpref|fedavg|fedprox|cfl|matfl|ifca|fedfew|fedmhc|fedpg)\b", re.IGNORECASE)
 MAX_LINES = 450

@@ -1,0 +1,108 @@
+"""Flower interop (the ``flower`` extra: ``pip install -e ".[flower]"``, flwr 1.42).
+
+* :class:`~morlfed.flower.strategy.FlowerStrategy`: any morlfed strategy as a Flower strategy
+  (the personalised and clustered ones send each client its own model);
+* :func:`~morlfed.flower.client_app.client_app`: morlfed's clients (both RL engines, vision) as a
+  Flower ClientApp, one client per node;
+* :func:`flower_apps`: both, built from the command line's settings (``env=``, ``algo=``, ...),
+  with a ServerApp that runs Flower's round loop, ready for Flower's simulation engine
+  (:meth:`FlowerApps.run_simulation`) or a deployment.
+
+The Flower path and morlfed's own executors give the same final models for the same seed
+(``tests/test_flower.py``). ``examples/flower/`` runs a federation on Flower's simulation engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from flwr.app import Context
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy import Result
+
+from morlfed.api import plan_experiment
+from morlfed.executors import make_host
+from morlfed.flower.client_app import client_app
+from morlfed.flower.strategy import FlowerStrategy
+from morlfed.protocol import Evaluation
+
+__all__ = ["FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
+
+
+@dataclass
+class FlowerApps:
+    """A morlfed federation as Flower apps.
+
+    :param server_app: runs :attr:`strategy` with Flower's round loop (``Strategy.start``) for the
+        run's rounds; its :class:`~flwr.serverapp.strategy.Result` lands in :attr:`result`
+    :param client_app: one morlfed client per node (node ``partition-id`` = client id)
+    :param num_supernodes: the nodes the federation needs: one per client
+    :param strategy: the morlfed strategy behind Flower's interface (it holds the models)
+    :param result: Flower's result once the server app has run
+    """
+
+    server_app: ServerApp
+    client_app: ClientApp
+    num_supernodes: int
+    strategy: FlowerStrategy
+    result: Result | None = field(default=None)
+
+    def run_simulation(self, backend_config: dict[str, Any] | None = None) -> FlowerApps:
+        """Run the federation on Flower's simulation engine (Ray), one CPU per node by default.
+
+        :param backend_config: Flower's simulation backend settings (default: ``client_resources``
+            of one CPU and no GPU)
+        """
+        from flwr.simulation import run_simulation
+
+        config = backend_config or {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
+        run_simulation(
+            server_app=self.server_app,
+            client_app=self.client_app,
+            num_supernodes=self.num_supernodes,
+            backend_config=config,
+        )
+        if self.result is None:
+            raise RuntimeError("the Flower simulation ended before the federation finished (its log says why)")
+        return self
+
+    @property
+    def final_models(self) -> dict[int, torch.Tensor | None]:
+        """Each client's deployed model at the end (``None``: its private personal model)."""
+        return self.strategy.deployed()
+
+    @property
+    def final_evaluations(self) -> dict[int, Evaluation]:
+        """Each client's evaluation of its deployed model after the last round."""
+        return self.strategy.evaluations.get(self.strategy.fed.rounds, {})
+
+
+def flower_apps(*, overrides: Sequence[str] = (), client_timeout: float | None = None, **settings: Any) -> FlowerApps:
+    """A federation configured as the command line configures it, as Flower apps.
+
+    ``flower_apps(env="deep-sea-treasure", algo="fedpref", n_clients=4, rounds=2)`` is the
+    federation ``python -m morlfed.run env=deep-sea-treasure algo=fedpref n_clients=4 rounds=2``
+    runs, with Flower carrying the messages: the same preferences, clients, strategy and seeds.
+    The executor settings do not apply (Flower places the clients), nor do the run directory's.
+
+    :param overrides: further overrides in command-line syntax
+    :param client_timeout: seconds a client's fit may take before it counts as failed (``None``: no limit)
+    :param settings: config groups and top-level settings, as for :func:`morlfed.run_experiment`
+    :raises ConfigError: bad input, the command line's error
+    """
+    plan = plan_experiment(overrides=overrides, **settings)
+    factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
+    initial, layout = make_host(factory, [0], None).initial()
+    strategy = FlowerStrategy(plan.strategy, plan.fed, initial, layout)
+    server = ServerApp()
+    apps = FlowerApps(server, client_app(factory, client_timeout), plan.fed.n_clients, strategy)
+
+    @server.main()
+    def main(grid: Grid, context: Context) -> None:
+        apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
+
+    return apps
