@@ -7,6 +7,7 @@ sequential executor, bit for bit.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,25 @@ def test_the_flower_simulation_gives_the_sequential_executors_models(settings: l
         assert model is not None and torch.equal(flower["models"][cid], model), f"client {cid}'s final model differs"
         got, want = flower["evaluations"][cid], evaluations[cid]
         assert np.array_equal(got.vector_return, want.vector_return) and got.scalarised == want.scalarised
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"executor": "process"}, "executor: Flower places the clients, one per node"),
+        (
+            {"overrides": ["+faults=[{client:0,round:1,kind:raise}]"]},
+            "faults: faults are injected by morlfed's executors",
+        ),
+        ({"checkpoint_every": 1, "logger": "tensorboard"}, "checkpoint_every, logger: checkpoints are written"),
+    ],
+)
+def test_settings_the_flower_path_would_not_carry_out_are_refused(settings: dict, message: str) -> None:
+    from morlfed.flower import flower_apps
+    from morlfed.settings import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        flower_apps(**settings)
 
 
 def test_bad_settings_are_the_command_lines_errors() -> None:

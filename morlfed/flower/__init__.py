@@ -28,9 +28,23 @@ from morlfed.api import plan_experiment
 from morlfed.executors import make_host
 from morlfed.flower.client_app import client_app
 from morlfed.flower.strategy import FlowerStrategy
+from morlfed.overrides import parse
 from morlfed.protocol import Evaluation
+from morlfed.settings import ConfigError
 
-__all__ = ["FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
+__all__ = ["RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
+
+#: settings of morlfed's own run that the Flower path would silently not carry out, and why
+RUN_ONLY = {
+    "branch_from": "a branch starts from a run directory's checkpoint",
+    "branch_siblings": "a branch starts from a run directory's checkpoint",
+    "checkpoint_every": "checkpoints are written into a run directory",
+    "executor": "Flower places the clients, one per node",
+    "faults": "faults are injected by morlfed's executors",
+    "logger": "trackers log morlfed's run",
+    "resume": "a resumed run continues a run directory",
+    "save_similarity": "similarity matrices are written into a run directory",
+}
 
 
 @dataclass
@@ -87,13 +101,22 @@ def flower_apps(*, overrides: Sequence[str] = (), client_timeout: float | None =
     ``flower_apps(env="deep-sea-treasure", algo="fedpref", n_clients=4, rounds=2)`` is the
     federation ``python -m morlfed.run env=deep-sea-treasure algo=fedpref n_clients=4 rounds=2``
     runs, with Flower carrying the messages: the same preferences, clients, strategy and seeds.
-    The executor settings do not apply (Flower places the clients), nor do the run directory's.
+    Settings that only morlfed's own run carries out (its executor, run directory, checkpoints,
+    tracker, fault injection: :data:`RUN_ONLY`) are refused rather than ignored.
 
     :param overrides: further overrides in command-line syntax
     :param client_timeout: seconds a client's fit may take before it counts as failed (``None``: no limit)
     :param settings: config groups and top-level settings, as for :func:`morlfed.run_experiment`
-    :raises ConfigError: bad input, the command line's error
+    :raises ConfigError: bad input, the command line's error, or a setting of morlfed's own run
+        (:data:`RUN_ONLY`) that the Flower path does not carry out
     """
+    given = {override.key_or_group.lstrip("+~") for override in parse([*overrides])} | set(settings)
+    ignored = sorted(given & set(RUN_ONLY))
+    if ignored:
+        raise ConfigError(
+            f"{', '.join(ignored)}: {RUN_ONLY[ignored[0]]}; the Flower path has no run directory, executor or tracker "
+            "of morlfed's (run it with morlfed.run_experiment or python -m morlfed.run)"
+        )
     plan = plan_experiment(overrides=overrides, **settings)
     factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
     initial, layout = make_host(factory, [0], None).initial()
