@@ -340,6 +340,13 @@ class Federation:
                 total = totals[cid]
                 totals[cid] = None if total is None or spent is None else total + spent
 
+    def deployed_models(self) -> dict[int, torch.Tensor | None]:
+        """The model each client deploys now (after :meth:`run`: its final one; ``None``: its private personal model).
+
+        A "+FT" run's clients deploy their own fine-tuned models; the others, the strategy's model for them.
+        """
+        return self._deployed(self._finetuned)
+
     def _deployed(self, finetuned: dict[int, torch.Tensor]) -> dict[int, torch.Tensor | None]:
         """The model each client deploys now (``None``: its private personal model)."""
         if self.strategy.deploys_personal:  # each client evaluates its private personal model

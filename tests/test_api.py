@@ -168,6 +168,7 @@ def test_the_api_docs_examples_run(tmp_path: Path) -> None:
     out = done.stdout
     assert "unknown key evn (in evn=mo-lunar-lander); did you mean env?" in out
     assert "[[0, 1, 2], [3, 4, 5]]" in out  # FedPref recovers the planted groups
+    assert "[0, 1, 2, 3] {0: " in out  # the federation driven by hand: four clients' final models
     assert "\n6.0\n" in out  # the hand-computed hypervolume
     assert (tmp_path / "front.png").is_file() and (tmp_path / "learning.png").is_file()
     assert (tmp_path / "my-runs" / "top-r-0.5" / "metrics.json").is_file()

@@ -78,7 +78,7 @@ def sequential(settings: list[str]) -> tuple[dict[int, torch.Tensor | None], dic
     executor.start(plan.task.client_factory(plan.fed, 1), plan.fed.n_clients)
     federation = Federation(plan.strategy, executor, plan.fed)
     outcome = federation.run()
-    return federation._deployed(federation._finetuned), outcome.evaluations
+    return federation.deployed_models(), outcome.evaluations
 
 
 @pytest.mark.slow
