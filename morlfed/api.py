@@ -151,7 +151,7 @@ def run_experiment(
     """
     argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
     if run_dir is not None:
-        argv.append(f"hydra.run.dir={run_dir}")
+        argv.append(_override("hydra.run.dir", Path(run_dir)))
     outcome: dict[str, Any] = {}
 
     def task(cfg: DictConfig) -> None:

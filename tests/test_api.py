@@ -130,13 +130,14 @@ def test_bad_arguments_raise_the_command_lines_error(
 def test_two_calls_give_the_command_lines_numbers_and_leave_the_process_as_it_was(tmp_path: Path, morlfed_cli) -> None:
     root = logging.getLogger()
     handlers, threads = list(root.handlers), torch.get_num_threads()
-    first = morlfed.run_experiment(**TINY, algo="fedpref", run_dir=tmp_path / "first")
+    first = morlfed.run_experiment(**TINY, algo="fedpref", run_dir=tmp_path / "the first")  # a space: quoted
     second = morlfed.run_experiment(**TINY, algo="fedpref", run_dir=tmp_path / "second")
     cli = morlfed_cli(
         ["algo=fedpref", *(f"{k}={_value(v)}" for k, v in TINY.items()), f"hydra.run.dir={tmp_path / 'cli'}"]
     )
     assert cli.returncode == 0, cli.stderr[-2000:]
     by_cli = ExperimentResult.load(tmp_path / "cli")
+    assert first.run_dir == tmp_path / "the first"
     for result in (first, second):
         pd.testing.assert_frame_equal(result.final, by_cli.final)
         assert result.metrics["discounted"] == by_cli.metrics["discounted"]
