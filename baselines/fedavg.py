@@ -13,7 +13,7 @@ import torch
 
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, stack_results
+from morlfed.strategy import Strategy, sample_shares, stack_results
 
 
 class FedAvg(Strategy):
@@ -40,7 +40,7 @@ class FedAvg(Strategy):
         if not results:
             return
         _, params, samples = stack_results(results)
-        self.global_model = (samples / samples.sum()) @ params
+        self.global_model = sample_shares(samples) @ params
 
     def model_for(self, cid: int) -> torch.Tensor:
         """A copy of the global model: every client deploys the same one."""

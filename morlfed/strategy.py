@@ -173,6 +173,18 @@ def stack_results(results: dict[int, FitResult]) -> tuple[list[int], torch.Tenso
     return cids, params, samples
 
 
+def sample_shares(samples: torch.Tensor) -> torch.Tensor:
+    """Each client's share ``n_i / sum n`` of a sample-weighted mean, from its ``[N]`` sample counts.
+
+    When no client reports a sample, the weighted mean is undefined (0 / 0, NaN in every
+    parameter); the shares are then equal, a plain mean, so the round's models stay finite.
+
+    :param samples: the clients' sample counts ``n_i``, ``[N]``
+    """
+    total = samples.sum()
+    return samples / total if total > 0 else torch.full_like(samples, 1.0 / len(samples))
+
+
 def available_strategies() -> list[str]:
     """Names accepted by ``algo=`` (one config file each in ``morlfed/conf/algo``)."""
     return sorted(p.stem for p in ALGO_DIR.glob("*.yaml"))

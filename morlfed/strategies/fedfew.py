@@ -55,7 +55,7 @@ import torch
 
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy
+from morlfed.strategy import Strategy, sample_shares
 
 
 def stch_set_weights(losses: torch.Tensor, samples: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +68,7 @@ def stch_set_weights(losses: torch.Tensor, samples: torch.Tensor, mu: float) -> 
         ``[N]`` (sum to 1), both float64
     """
     losses, samples = losses.double(), samples.double()
-    z = -(samples / samples.sum()).unsqueeze(1) * losses / mu
+    z = -sample_shares(samples).unsqueeze(1) * losses / mu
     w = torch.softmax(z, dim=1)
     alpha = torch.softmax(-torch.logsumexp(z, dim=1), dim=0)
     return w, alpha

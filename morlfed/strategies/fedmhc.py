@@ -52,7 +52,7 @@ from sklearn.cluster import KMeans
 
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, stack_results
+from morlfed.strategy import Strategy, sample_shares, stack_results
 
 
 def cluster_heads(heads: torch.Tensor, n_groups: int, rng: np.random.Generator) -> np.ndarray:
@@ -154,7 +154,7 @@ class FedMHC(Strategy):
         cids, params, samples = stack_results(results)
         if params.shape[1:] != (self.layout.dim,):
             raise ValueError(f"fedmhc: clients must return one [d] model (train_best), got {tuple(params.shape[1:])}")
-        self.body = (samples / samples.sum()) @ params[:, ~self.head_mask]
+        self.body = sample_shares(samples) @ params[:, ~self.head_mask]
         heads = params[:, self.head_mask]
         labels = cluster_heads(heads, self.n_groups, self.rng)
         group_w = torch.as_tensor(np.eye(labels.max() + 1)[labels], dtype=torch.float32) * samples.unsqueeze(1)
