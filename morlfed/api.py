@@ -36,7 +36,7 @@ from morlfed.analysis.campaign import reference_fronts, returns_gamma
 from morlfed.analysis.charts import learning_curves_figure
 from morlfed.analysis.runs import Run, load_run
 from morlfed.figures import front_figure, non_dominated_mask
-from morlfed.overrides import SHOW_FLAGS, compose_api, parse, precheck_argv
+from morlfed.overrides import compose_api, parse, precheck_argv
 from morlfed.resume import resume_argv
 from morlfed.run import Plan, build_plan, execute
 from morlfed.settings import ConfigError
@@ -149,9 +149,8 @@ def run_experiment(
         directory that holds another run): the command line's error, and nothing is written
     :raises morlfed.interrupt.RunStopped: SIGINT or SIGTERM stopped the run (it can be resumed)
     """
-    argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
     if run_dir is not None:
-        argv.append(_override("hydra.run.dir", Path(run_dir)))
+        overrides = [*overrides, _override("hydra.run.dir", Path(run_dir))]
     outcome: dict[str, Any] = {}
 
     def task(cfg: DictConfig) -> None:
@@ -161,7 +160,7 @@ def run_experiment(
         except BaseException as exc:  # a stop too: handed back after hydra's cleanup
             outcome["error"] = exc
 
-    with _composed(argv) as cfg:
+    with _composed(settings, overrides) as cfg:
         context = HydraContext(GlobalHydra.instance().config_loader(), Callbacks(cfg))
         run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None, hydra_context=context)
     if "error" in outcome:
@@ -180,15 +179,15 @@ def plan_experiment(*, overrides: Sequence[str] = (), **settings: Any) -> Plan:
     :param settings: config groups and top-level settings, as for :func:`run_experiment`
     :raises ConfigError: bad input, the command line's error
     """
-    argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
-    with _composed(argv) as cfg:
+    with _composed(settings, overrides) as cfg:
         HydraConfig.instance().set_config(cfg)
         return build_plan(cfg)
 
 
 @contextlib.contextmanager
-def _composed(argv: list[str]) -> Iterator[DictConfig]:
-    """The configuration of a command line, checked as the command line checks it, hydra's state restored after."""
+def _composed(settings: Mapping[str, Any], overrides: Sequence[str]) -> Iterator[DictConfig]:
+    """The configuration of these settings and overrides, checked as the command line checks it, hydra's state restored after."""
+    argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
     _refuse_what_only_the_command_line_does(argv)
     argv = resume_argv(argv)
     precheck_argv(argv)
@@ -231,7 +230,6 @@ def _refuse_what_only_the_command_line_does(argv: list[str]) -> None:
             f"{sweeps[0].input_line} is a sweep; run_experiment runs one experiment: call it once per value "
             "(or run the sweep with python -m morlfed.run -m)"
         )
-    assert not set(argv) & set(SHOW_FLAGS), "flags are refused above"
 
 
 def _objective(column: str) -> int:

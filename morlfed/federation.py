@@ -151,6 +151,25 @@ def participants_for(cfg: FederationConfig, round: int) -> list[int]:
     return sorted(int(c) for c in chosen)
 
 
+def deployed_models(
+    strategy: Strategy, n_clients: int, finetuned: dict[int, torch.Tensor]
+) -> dict[int, torch.Tensor | None]:
+    """The model each client deploys now: its "+FT" model, else the strategy's (``None``: its private personal model)."""
+    if strategy.deploys_personal:  # each client evaluates its private personal model
+        return dict.fromkeys(range(n_clients))
+    return {cid: finetuned.get(cid, strategy.model_for(cid)) for cid in range(n_clients)}
+
+
+def eval_seeds(cfg: FederationConfig) -> dict[int, int]:
+    """Evaluation seeds: the same every round, so the curve's last point is the final evaluation."""
+    return {cid: derive_seed(cfg.seed, "final-eval", cid) for cid in range(cfg.n_clients)}
+
+
+def eval_due(cfg: FederationConfig, rnd: int) -> bool:
+    """Whether round ``rnd`` adds a point to the learning curve (``eval_every``; the last round's is the final one)."""
+    return cfg.eval_every > 0 and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)
+
+
 def round_half_up(x: float) -> int:
     """Round to the nearest integer, halves up (unlike Python's banker's rounding)."""
     return int(np.floor(x + 0.5))
@@ -260,8 +279,8 @@ class Federation:
             if inert is not None:
                 log.warning(inert)
             with stop.interruptible():
-                evaluations = self.executor.evaluate(self._deployed(self._finetuned), self._eval_seeds())
-        if self._eval_due(cfg.rounds):
+                evaluations = self.executor.evaluate(self.deployed_models(), eval_seeds(cfg))
+        if eval_due(cfg, cfg.rounds):
             final = mean_scalarised(evaluations)
             log.info("round %d/%d: deployed models' mean scalarised evaluation %.4g", cfg.rounds, cfg.rounds, final)
             if self.run_dir is not None:
@@ -317,7 +336,7 @@ class Federation:
             self.strategy.aggregate(rnd, ok)
         reward = mean_train_reward(ok)
         curve = None
-        if self._eval_due(rnd) and rnd < cfg.rounds:
+        if eval_due(cfg, rnd) and rnd < cfg.rounds:
             with self.stop.interruptible():
                 curve = self._evaluate_deployed()
         self._log(
@@ -345,24 +364,12 @@ class Federation:
 
         A "+FT" run's clients deploy their own fine-tuned models; the others, the strategy's model for them.
         """
-        return self._deployed(self._finetuned)
-
-    def _deployed(self, finetuned: dict[int, torch.Tensor]) -> dict[int, torch.Tensor | None]:
-        """The model each client deploys now (``None``: its private personal model)."""
-        if self.strategy.deploys_personal:  # each client evaluates its private personal model
-            return {cid: None for cid in range(self.cfg.n_clients)}
-        return {cid: finetuned.get(cid, self.strategy.model_for(cid)) for cid in range(self.cfg.n_clients)}
-
-    def _eval_seeds(self) -> dict[int, int]:
-        """Evaluation seeds: the same every round, so the curve's last point is the final evaluation."""
-        return {cid: derive_seed(self.cfg.seed, "final-eval", cid) for cid in range(self.cfg.n_clients)}
-
-    def _eval_due(self, rnd: int) -> bool:
-        return self.cfg.eval_every > 0 and (rnd % self.cfg.eval_every == 0 or rnd == self.cfg.rounds)
+        return deployed_models(self.strategy, self.cfg.n_clients, self._finetuned)
 
     def _evaluate_deployed(self) -> float:
         """The clients' mean scalarised evaluation of the models they deploy after this round."""
-        return mean_scalarised(self.executor.evaluate(self._deployed({}), self._eval_seeds()))
+        deployed = deployed_models(self.strategy, self.cfg.n_clients, {})
+        return mean_scalarised(self.executor.evaluate(deployed, eval_seeds(self.cfg)))
 
     def _log(
         self,

@@ -17,7 +17,16 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy as FlwrStrategy
 
-from morlfed.federation import FederationConfig, mean_scalarised, mean_train_reward, participants_for, split_results
+from morlfed.federation import (
+    FederationConfig,
+    deployed_models,
+    eval_due,
+    eval_seeds,
+    mean_scalarised,
+    mean_train_reward,
+    participants_for,
+    split_results,
+)
 from morlfed.flower.records import (
     config_of,
     evaluation_from_record,
@@ -27,7 +36,7 @@ from morlfed.flower.records import (
 )
 from morlfed.params import ParamLayout
 from morlfed.protocol import ClientFailure, Evaluation, FitResult
-from morlfed.seeding import derive_seed, generator
+from morlfed.seeding import generator
 from morlfed.strategy import Strategy
 
 log = logging.getLogger(__name__)
@@ -45,7 +54,7 @@ class FlowerStrategy(FlwrStrategy):
     deployed model as one ``ArrayRecord`` (``client-<cid>``): the ``arrays`` of Flower's round
     loop, and ``Result.arrays`` at its end. In a "+FT" run's last round the clients keep their
     fine-tuned models instead. The clients evaluate the models they deploy in the last round and
-    every ``eval_every`` rounds, with morlfed's evaluation seeds (:attr:`evaluations`).
+    every ``eval_every`` rounds, with morlfed's evaluation seeds (:func:`~morlfed.federation.eval_seeds`; :attr:`evaluations`).
 
     Client duties (the ClientApp, :func:`morlfed.flower.client_app.client_app`): answer a
     ``query`` with its client id, carry out a ``train`` message's task and reply with its
@@ -70,6 +79,7 @@ class FlowerStrategy(FlwrStrategy):
         strategy.setup(fed.n_clients, initial, layout, generator(fed.seed, "strategy"))
         #: node id of each client, learnt from the nodes' answers to a query before the first round
         self.nodes: dict[int, int] = {}
+        self._client_of_node: dict[int, int] = {}  # the inverse of nodes
         #: "+FT": the fine-tuned models the clients keep after the last round
         self.finetuned: dict[int, torch.Tensor] = {}
         #: the clients' evaluations of their deployed models, by round (the last round's: the final one)
@@ -127,13 +137,13 @@ class FlowerStrategy(FlwrStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Every client evaluates the model it deploys, in the last round and every ``eval_every`` rounds."""
-        due = server_round == self.fed.rounds or (self.fed.eval_every > 0 and server_round % self.fed.eval_every == 0)
-        if not due:
+        if server_round != self.fed.rounds and not eval_due(self.fed, server_round):
             return []
         self._find_nodes(grid)
+        seeds = eval_seeds(self.fed)
         return [
             Message(
-                evaluation_request(model, self.eval_seed(cid)),
+                evaluation_request(model, seeds[cid]),
                 dst_node_id=self.nodes[cid],
                 message_type=MessageType.EVALUATE,
             )
@@ -161,22 +171,13 @@ class FlowerStrategy(FlwrStrategy):
     # the deployed models
     def deployed(self) -> dict[int, torch.Tensor | None]:
         """The model each client deploys now (``None``: its private personal model)."""
-        if self.strategy.deploys_personal:
-            return dict.fromkeys(range(self.fed.n_clients))
-        return {cid: self.finetuned.get(cid, self.strategy.model_for(cid)) for cid in range(self.fed.n_clients)}
+        return deployed_models(self.strategy, self.fed.n_clients, self.finetuned)
 
     def deployed_arrays(self) -> ArrayRecord:
         """:meth:`deployed` as one ``ArrayRecord``: ``client-<cid>`` for each client with a server-side model."""
         return ArrayRecord(
             {f"client-{cid}": Array(model.numpy()) for cid, model in self.deployed().items() if model is not None}
         )
-
-    def eval_seed(self, cid: int) -> int:
-        """Client ``cid``'s evaluation seed, morlfed's (the same every round).
-
-        :param cid: the client id
-        """
-        return derive_seed(self.fed.seed, "final-eval", cid)
 
     # ------------------------------------------------------------------------------------------
     def _find_nodes(self, grid: Grid) -> None:
@@ -192,6 +193,7 @@ class FlowerStrategy(FlwrStrategy):
         for reply in grid.send_and_receive(queries):
             if not reply.has_error():
                 self.nodes[int(config_of(reply.content, "client")["cid"])] = reply.metadata.src_node_id
+        self._client_of_node = {node: cid for cid, node in self.nodes.items()}
         missing = sorted(set(range(self.fed.n_clients)) - set(self.nodes))
         if missing:
             raise RuntimeError(
@@ -201,7 +203,7 @@ class FlowerStrategy(FlwrStrategy):
             )
 
     def _client(self, reply: Message) -> int:
-        return next(cid for cid, node in self.nodes.items() if node == reply.metadata.src_node_id)
+        return self._client_of_node[reply.metadata.src_node_id]
 
     @staticmethod
     def _outcome(reply: Message) -> FitResult | ClientFailure:

@@ -42,8 +42,3 @@ class RLFactory:
 
         :param spec: the environment spec a run asks for
         """
-
-    @property
-    def total_steps(self) -> int:
-        """Each client's whole budget, ``rounds x local_steps`` env steps."""
-        return self.rounds * self.local_steps
