@@ -54,6 +54,8 @@ _DQN_ONLY_KWARGS = {
     "max_grad_norm",
 }
 _DDPG_ONLY_KWARGS = {"action_noise_std"}
+#: FedPref's settings an env spec can set for its environment (``fedpref:``), with their checks.
+FEDPREF_SETTINGS: tuple[str, ...] = ("eps", "patience")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,10 @@ class EnvSpec:
         **env_kwargs)``), e.g. ``float_state: true`` for deep-sea-treasure.
     :ivar agent_kwargs: keyword arguments for the SB3 constructor (``action_noise_std`` for DDPG is
         the exception: the client turns it into ``NormalActionNoise``).
+    :ivar fedpref: FedPref's split threshold for this environment, as the FedPref paper tunes one
+        per environment: ``eps`` (relative: a fraction of the largest cluster-mean update norm seen)
+        and ``patience``, selected by ``conf/experiment/fedpref_threshold.yaml``'s rule. Either may be
+        left out; ``conf/algo/fedpref.yaml`` reads them (``algo.eps=``/``algo.patience=`` override).
     """
 
     name: str
@@ -117,6 +123,7 @@ class EnvSpec:
     ref_point_undiscounted: tuple[float, ...] | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     agent_kwargs: dict[str, Any] = field(default_factory=dict)
+    fedpref: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Normalise types (lists to tuples, numbers to float/int) and validate every field."""
@@ -184,6 +191,7 @@ class EnvSpec:
             )
         set_(self, "env_kwargs", copy.deepcopy(env_kwargs))
         set_(self, "agent_kwargs", _normalise_agent_kwargs(self.agent_kwargs, self.agent, where))
+        set_(self, "fedpref", _normalise_fedpref(self.fedpref, where))
 
     # ----------------------------------------------------------------------------------------
     @property
@@ -220,6 +228,7 @@ class EnvSpec:
             d["ref_point_undiscounted"] = list(self.ref_point_undiscounted)
         d["env_kwargs"] = _to_plain(self.env_kwargs)
         d["agent_kwargs"] = _to_plain(self.agent_kwargs)
+        d["fedpref"] = _to_plain(self.fedpref)
         return d
 
     def replace(self, **changes: Any) -> EnvSpec:
@@ -237,7 +246,7 @@ class EnvSpec:
 
         Interpolations are resolved (``agent_kwargs.gamma: ${..gamma}`` follows ``env.gamma``).
         Every field except ``engine``, ``precision``, ``seeds_global_numpy``, ``ref_point_undiscounted``,
-        ``env_kwargs`` and ``agent_kwargs`` is required;
+        ``env_kwargs``, ``agent_kwargs`` and ``fedpref`` is required;
         unknown keys raise ``ValueError`` so that a typo in an override does not pass silently.
         """
         if isinstance(cfg, DictConfig):
@@ -252,7 +261,15 @@ class EnvSpec:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"unknown env spec field(s) {unknown}; valid: {sorted(names)}")
-        optional = {"engine", "precision", "seeds_global_numpy", "ref_point_undiscounted", "env_kwargs", "agent_kwargs"}
+        optional = {
+            "engine",
+            "precision",
+            "seeds_global_numpy",
+            "ref_point_undiscounted",
+            "env_kwargs",
+            "agent_kwargs",
+            "fedpref",
+        }
         missing = sorted(names - optional - set(data))
         if missing:
             label = data.get("name", "<unnamed>")
@@ -329,6 +346,29 @@ def _normalise_agent_kwargs(kwargs: Any, agent: str, where: str) -> dict[str, An
         if not 0.0 < g <= 1.0:
             raise ValueError(f"{where}: agent_kwargs.gamma must be in (0, 1], got {g}")
     return kw
+
+
+def _normalise_fedpref(settings: Any, where: str) -> dict[str, Any]:
+    """Plain-dict copy of the spec's ``fedpref`` block: ``eps`` a fraction in (0, 1], ``patience`` an integer >= 1."""
+    if settings is None:
+        return {}
+    plain = _to_plain(settings)
+    if not isinstance(plain, dict):
+        raise ValueError(f"{where}: fedpref must be a mapping of {', '.join(FEDPREF_SETTINGS)}, got {settings!r}")
+    unknown = sorted(set(plain) - set(FEDPREF_SETTINGS))
+    if unknown:
+        raise ValueError(f"{where}: fedpref has unknown setting(s) {unknown}; valid: {', '.join(FEDPREF_SETTINGS)}")
+    out: dict[str, Any] = {}
+    if "eps" in plain:
+        eps = _as_float(plain["eps"], "fedpref.eps", where)
+        if not 0.0 < eps <= 1.0:
+            raise ValueError(
+                f"{where}: fedpref.eps is a fraction of the largest update norm seen, in (0, 1], got {eps}"
+            )
+        out["eps"] = eps
+    if "patience" in plain:
+        out["patience"] = _as_positive_int(plain["patience"], "fedpref.patience", where)
+    return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -74,7 +74,8 @@ def test_smoke_run_writes_every_file(smoke: Path):
         "training": {"mean": 600.0, "min": 600, "max": 600},
         "loss_evaluation": {"mean": 0.0, "min": 0, "max": 0},
     }
-    assert metrics["inert_warning"] is None  # FedPref has no inert outcome to report
+    # FedPref reports itself inert exactly when no cluster ever split
+    assert (metrics["inert_warning"] is None) == bool(metrics["split_events"])
     # every split of the run, as clusters.jsonl logged them round by round
     logged = [(c["round"], sorted(side)) for c in clusters for split in c["splits"] for side in split]
     recorded = [(e["round"], side) for e in metrics["split_events"] for side in e["sides"]]
@@ -84,6 +85,18 @@ def test_smoke_run_writes_every_file(smoke: Path):
     assert sim.shape == (3, 3) and np.allclose(np.diag(sim), 1, atol=1e-5)
     saved = (smoke / "config.yaml").read_text()
     assert "gym_id: deep-sea-treasure-v0" in saved and "agent_kwargs" in saved  # the env spec is saved with the run
+
+
+def test_a_fedpref_run_that_never_splits_warns_and_records_it(tmp_path: Path, morlfed_cli):
+    """eps = 0 can never be crossed: the run ends with the inert warning, on the console and in metrics.json."""
+    out = tmp_path / "run"
+    proc = morlfed_cli([*TINY, "algo.eps=0", f"hydra.run.dir={out}"], ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["split_events"] == []
+    warning = metrics["inert_warning"]
+    assert warning.startswith("fedpref: no cluster split, so this run was FedPref's weighting-only ablation")
+    assert "would have split at round 2" in warning and warning in proc.stdout + proc.stderr
 
 
 def test_the_env_steps_of_loss_evaluations_are_counted(tmp_path: Path, morlfed_cli, capsys):

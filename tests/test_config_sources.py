@@ -49,7 +49,9 @@ def test_the_configs_with_a_target_are_found() -> None:
 
 @pytest.mark.parametrize("path", TARGET_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_a_config_writes_down_exactly_its_classes_defaults(path: Path) -> None:
-    written = yaml.safe_load(path.read_text())
+    # resolved on its own: a setting that an env spec can set (FedPref's eps) falls back to its default
+    written = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    assert isinstance(written, dict)
     target = written.pop("_target_")
     defaults = constructor_defaults(target)
     assert set(written) == set(defaults), (
@@ -77,10 +79,20 @@ def test_an_rl_task_built_in_python_trains_as_the_command_line_would() -> None:
 def test_fedpref_built_with_no_arguments_is_the_configured_fedpref() -> None:
     from morlfed.strategies.fedpref import FedPref
 
-    configured = compose_config(["algo=fedpref"]).algo
+    configured = compose_config(["algo=fedpref", "task=vision"]).algo  # no env spec to set eps
     plain = FedPref()
     for key in ("top_r", "s_min", "eps", "patience", "eps_mode", "clustering", "weighting"):
         assert getattr(plain, key) == configured[key], key
+
+
+def test_fedpref_takes_the_env_specs_threshold_and_the_command_line_overrides_it() -> None:
+    from morlfed.envs import get_spec
+
+    for env in ("deep-sea-treasure", "mo-lunar-lander", "minecart"):
+        spec, algo = get_spec(env), compose_config([f"env={env}"]).algo
+        assert (algo.eps, algo.patience) == (spec.fedpref.get("eps", 0.1), spec.fedpref.get("patience", 2)), env
+    overridden = compose_config(["env=deep-sea-treasure", "algo.eps=0.3", "algo.patience=1"]).algo
+    assert (overridden.eps, overridden.patience) == (0.3, 1)
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v.endswith("_ft")])

@@ -171,6 +171,13 @@ def _dst_dict() -> dict:
         ({"known_front": "yes"}, "known_front must be true or false"),
         ({"local_step": 5}, r"unknown env spec field\(s\) \['local_step'\]"),
         ({"agent_kwargs": {"action_noise_std": 0.1}}, "do not apply to agent 'dqn'"),
+        (
+            {"fedpref": {"eps": 0.3, "s_min": 0.0}},
+            r"fedpref has unknown setting\(s\) \['s_min'\]; valid: eps, patience",
+        ),
+        ({"fedpref": {"eps": 1.5}}, r"fedpref.eps is a fraction of the largest update norm seen, in \(0, 1\]"),
+        ({"fedpref": {"patience": 0}}, "fedpref.patience must be a positive integer"),
+        ({"fedpref": 0.3}, "fedpref must be a mapping of eps, patience"),
     ],
 )
 def test_from_config_validation(change: dict, match: str) -> None:

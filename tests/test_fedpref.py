@@ -176,6 +176,45 @@ def test_relative_eps_splits_on_the_largest_norm_seen_where_absolute_does_not(no
     assert absolute.diagnostics()["threshold"] == 1.0
 
 
+@pytest.mark.parametrize("eps_mode", ["relative", "absolute"])
+def test_a_run_that_never_split_says_it_was_the_weighting_only_ablation_and_which_eps_would_have_split(eps_mode):
+    # norms 10, 5, 4, 6: ratios to the largest seen 1, 0.5, 0.4, 0.6; with patience 2 the lowest pair of
+    # consecutive rounds is (0.5, 0.4), so eps above 0.5 (relative) or 5 (absolute) splits at round 3
+    norms, scale = [10.0, 5.0, 4.0, 6.0], (1.0 if eps_mode == "relative" else 10.0)
+    strat = FedPref(top_r=1.0, s_min=0.0, eps=0.3 * scale, patience=2, eps_mode=eps_mode)
+    _setup(strat, 4, LAYOUT)
+    assert _planted_norms(strat, norms) == [1, 1, 1, 1] and strat.split_events() == []
+    warning = strat.inert_warning() or ""
+    assert warning.startswith("fedpref: no cluster split, so this run was FedPref's weighting-only ablation")
+    assert "smallest ratio of that norm to the largest seen was 0.4 (round 3)" in warning
+    assert f"eps above {0.5 * scale:.3g} (eps_mode={eps_mode}) would have split at round 3" in warning
+    # the eps it names is the boundary: just above splits at round 3, just below never does
+    above = FedPref(top_r=1.0, s_min=0.0, eps=0.501 * scale, patience=2, eps_mode=eps_mode)
+    below = FedPref(top_r=1.0, s_min=0.0, eps=0.499 * scale, patience=2, eps_mode=eps_mode)
+    for strat_, counts in ((above, [1, 1, 2, 2]), (below, [1, 1, 1, 1])):
+        _setup(strat_, 4, LAYOUT)
+        assert _planted_norms(strat_, norms)[:3] == counts[:3]
+    assert above.inert_warning() is None and below.inert_warning() is not None
+    # the record survives a checkpoint; a checkpoint from before it cannot tell, so says nothing
+    clone = FedPref(top_r=1.0, s_min=0.0, eps=0.3 * scale, patience=2, eps_mode=eps_mode)
+    _setup(clone, 4, LAYOUT)
+    clone.load_state_dict(strat.state_dict())
+    assert clone.inert_warning() == warning
+    clone.load_state_dict({k: v for k, v in strat.state_dict().items() if k != "unsplit_norms"})
+    assert clone.inert_warning() is None
+
+
+def test_no_inert_warning_for_the_weighting_only_ablation_or_a_run_shorter_than_the_patience():
+    ablation = FedPref(top_r=1.0, s_min=0.0, eps=0.3, patience=2, clustering=False)
+    _setup(ablation, 4, LAYOUT)
+    _planted_norms(ablation, [10.0, 5.0, 4.0])
+    assert ablation.inert_warning() is None  # no split by choice: nothing to warn about
+    short = FedPref(top_r=1.0, s_min=0.0, eps=0.3, patience=3)
+    _setup(short, 4, LAYOUT)
+    _planted_norms(short, [10.0, 1.0])
+    assert "2 round(s) aggregated, fewer than the patience (3)" in (short.inert_warning() or "")
+
+
 def test_config_takes_the_searched_relative_threshold_by_default_and_the_absolute_one_on_request():
     default = make_strategy("fedpref")
     assert (default.eps, default.patience, default.eps_mode) == (0.1, 2, "relative")

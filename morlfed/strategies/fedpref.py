@@ -26,7 +26,9 @@ its private preference, return the trained vector. Nothing else.
 
 Members of a split cluster that did not participate this round join the side whose mean trained
 model is nearest (Euclidean) to their current personalised model. Every split is recorded
-(:meth:`FedPref.split_events`: round, sides and their sizes; ``metrics.json``).
+(:meth:`FedPref.split_events`: round, sides and their sizes; ``metrics.json``). A run that never
+split was FedPref's weighting-only ablation: :meth:`FedPref.inert_warning` says so, with the
+smallest norm ratio seen and the eps that would have split.
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ class FedPref(PersonalisedStrategy):
         self.refs: list[torch.Tensor] = [init_params.detach().float().clone()]
         self.below: list[int] = [0]
         self.largest_norm = 0.0  # the largest cluster-mean update norm so far (relative eps)
+        # (round, norm, largest norm so far) of the one cluster in each round before the first split:
+        # what inert_warning reports when no split ever came
+        self.unsplit_norms: list[tuple[int, float, float]] | None = []
         self.splits_so_far: list[dict[str, Any]] | None = []
         self._last: dict[str, Any] = {}
         self._similarity: dict[tuple[int, ...], torch.Tensor] = {}
@@ -169,6 +174,8 @@ class FedPref(PersonalisedStrategy):
             updates.append((present, trained, norm))
         norms = [norm for _, _, norm in updates if norm is not None]
         self.largest_norm = max([self.largest_norm, *norms])
+        if self.unsplit_norms is not None and len(self.clusters) == 1 and norms:
+            self.unsplit_norms.append((round, norms[0], self.largest_norm))
         threshold = self.threshold()
         clusters, refs, below, splits = [], [], [], []
         self._similarity = {}
@@ -233,6 +240,43 @@ class FedPref(PersonalisedStrategy):
         """
         return None if self.splits_so_far is None else list(self.splits_so_far)
 
+    def inert_warning(self) -> str | None:
+        """A run with the clustering on that never split was the weighting-only ablation: say so, and why.
+
+        Names the smallest ratio of the cluster's mean update norm to the largest one seen, and the
+        eps (in this run's ``eps_mode``) above which ``patience`` consecutive rounds would have
+        been below the threshold: the first split that eps would have made. ``None`` when a
+        cluster split, the clustering is off, or the run was resumed from a checkpoint that
+        predates the record.
+        """
+        if not self.clustering or self.splits_so_far != [] or self.unsplit_norms is None:
+            return None
+        if self.n_clients < 2:
+            return None
+        head = "fedpref: no cluster split, so this run was FedPref's weighting-only ablation"
+        rounds = [rnd for rnd, _, _ in self.unsplit_norms]
+        ratios = [norm / largest if largest > 0 else 1.0 for _, norm, largest in self.unsplit_norms]
+        measured = ratios if self.eps_mode == "relative" else [norm for _, norm, _ in self.unsplit_norms]
+        if len(measured) < self.patience:
+            return (
+                f"{head}: {len(measured)} round(s) aggregated, fewer than the patience ({self.patience}); "
+                "lower algo.patience or run more rounds"
+            )
+        low = int(np.argmin(ratios))
+        # a split needs `patience` consecutive rounds below eps: the eps that would have split first is
+        # just above the smallest of the windows' largest values
+        windows = [max(measured[i : i + self.patience]) for i in range(len(measured) - self.patience + 1)]
+        first = int(np.argmin(windows))
+        unit = "x the largest cluster-mean update norm seen" if self.eps_mode == "relative" else "(absolute)"
+        return (
+            f"{head}. A split needs the cluster's mean update norm below eps={self.eps:g} {unit} for "
+            f"{self.patience} consecutive rounds; the smallest ratio of that norm to the largest seen was "
+            f"{ratios[low]:.3g} (round {rounds[low]}), and eps above {windows[first]:.3g} "
+            f"(eps_mode={self.eps_mode}) would have split at round {rounds[first + self.patience - 1]}. Set "
+            "algo.eps (or the env spec's strategy_settings.fedpref.eps) from the update_norms in "
+            "clusters.jsonl (docs/algorithms.md#fedpref)"
+        )
+
     def similarity(self) -> dict[tuple[int, ...], torch.Tensor]:
         """The last round's similarity matrices ``S``, one per cluster with participants.
 
@@ -243,7 +287,8 @@ class FedPref(PersonalisedStrategy):
     def state_dict(self) -> dict[str, Any]:
         """The personalised models plus the partition, reference models, threshold counts and split record.
 
-        ``largest_norm`` (for the relative threshold) is stored too.
+        ``largest_norm`` (for the relative threshold) and the unsplit cluster's norms (for
+        :meth:`inert_warning`) are stored too.
         """
         return {
             **super().state_dict(),
@@ -251,14 +296,15 @@ class FedPref(PersonalisedStrategy):
             "refs": [r.clone() for r in self.refs],
             "below": list(self.below),
             "largest_norm": self.largest_norm,
+            "unsplit_norms": None if self.unsplit_norms is None else [list(pair) for pair in self.unsplit_norms],
             "splits_so_far": None if self.splits_so_far is None else list(self.splits_so_far),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned.
 
-        A checkpoint that predates ``largest_norm`` and ``splits_so_far`` restores them as 0 and
-        ``None`` (split record unknown).
+        A checkpoint that predates ``largest_norm``, ``splits_so_far`` and ``unsplit_norms`` restores
+        them as 0, ``None`` (split record unknown) and ``None`` (no inert warning can be told).
         """
         super().load_state_dict(state)
         self.clusters = [list(c) for c in state["clusters"]]
@@ -268,3 +314,5 @@ class FedPref(PersonalisedStrategy):
         self.largest_norm = float(state.get("largest_norm", 0.0))
         splits = state.get("splits_so_far")
         self.splits_so_far = None if splits is None else list(splits)
+        unsplit = state.get("unsplit_norms")
+        self.unsplit_norms = None if unsplit is None else [(int(r), float(n), float(m)) for r, n, m in unsplit]
