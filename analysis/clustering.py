@@ -6,7 +6,8 @@ FedMHC's head groups), :func:`final_clusters` is the partition in force after th
 clustering should find is known: :func:`planted_groups` reads it off the clients' weights (clients
 with equal weights form a group), and :func:`planted_ari` scores the final clusters against it with
 scikit-learn's adjusted Rand index (1: the planted groups exactly; about 0: no better than a random
-partition of the same sizes; negative: worse).
+partition of the same sizes; negative: worse). :func:`planted_ari_by_round` gives the same score
+for the clusters in force after every round: how fast the groups come apart.
 
 :data:`CLUSTER_METRICS` registers these per-run values beside :data:`morlfed.metrics.METRICS` for
 the comparison tables (:data:`TABLE_METRICS`).
@@ -97,3 +98,22 @@ def planted_ari(run: Run) -> float:
         return float("nan")
     n = len(run.weights)
     return float(adjusted_rand_score(planted_groups(run.weights), labels_of(clusters, n)))
+
+
+def planted_ari_by_round(run: Run) -> dict[int, float]:
+    """``{round: ARI}`` of the clusters in force after each of ``run``'s rounds against its planted groups.
+
+    Every round from 1 to the run's last, the clusters of the latest record at or before it (one
+    cluster of everybody before the first record: ARI 0). Empty unless the run used
+    ``dist=groups`` and its strategy logs clusters.
+
+    :param run: a loaded RL run
+    """
+    history = run.cluster_history()
+    if not history or run.dist != "groups":
+        return {}
+    truth, n = planted_groups(run.weights), len(run.weights)
+    return {
+        rnd: float(adjusted_rand_score(truth, labels_of(run.clusters_at(rnd), n)))
+        for rnd in range(1, int(run.config["rounds"]) + 1)
+    }

@@ -14,7 +14,7 @@ from test_evaluate import write_run
 
 from morlfed import envs
 from morlfed.analysis.campaign import evaluate_runs
-from morlfed.analysis.clustering import labels_of, planted_ari, planted_groups
+from morlfed.analysis.clustering import labels_of, planted_ari, planted_ari_by_round, planted_groups
 from morlfed.analysis.runs import load_runs
 from morlfed.analysis.tables import metrics_table
 
@@ -60,6 +60,15 @@ def write_clustered_run(path, clusters: list[list[int]], dist: str = "groups", s
 def test_planted_ari_of_known_partitions(tmp_path, clusters, ari):
     (run,), _ = load_runs([write_clustered_run(tmp_path / "run", clusters)])
     assert planted_ari(run) == pytest.approx(ari, abs=1e-5)
+
+
+def test_planted_ari_round_by_round_follows_the_cluster_records(tmp_path):
+    # one cluster until the record of round 3 (ARI 0), then the planted groups apart (ARI 1) to the end
+    truth = [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]
+    (run,), _ = load_runs([write_clustered_run(tmp_path / "run", truth)])
+    assert planted_ari_by_round(run) == {1: 0.0, 2: 0.0, **{r: 1.0 for r in range(3, 4)}}
+    (plain,), _ = load_runs([write_clustered_run(tmp_path / "plain", truth, dist="equidistant")])
+    assert planted_ari_by_round(plain) == {}  # no planted groups to score against
 
 
 def test_summary_and_table_carry_final_clusters_and_the_ari(tmp_path):
