@@ -1,7 +1,7 @@
 """The vectorised engine against the arithmetic floor, and the headline's projected wall time.
 
-The cost of one batched gradient step on the headline's shapes next to a bare torch chain of the
-same matrix products, and the headline's projected wall time.
+The cost of one batched gradient step on an env's shapes (DQN or DDPG) next to a bare torch chain
+of the same matrix products, and the headline's projected wall time.
 
 **Step and floor.** The learner is the one the headline run builds (``env=mo-lunar-lander``: 10
 clients' 8-256-256-4 Q-networks, batch 128; ``--env`` and ``--clients`` change it), its replay
@@ -16,6 +16,14 @@ alike; the figures are medians over blocks. The step's Adam update is also timed
 Adam is what any step that trains must cost at least, and shows how much of the gap to the floor
 the optimiser's one memory-bound pass takes.
 
+**DDPG** (``--env mo-lunar-lander-continuous``, ``--env mo-halfcheetah``): one engine step is
+``StackedDDPG.gradient_step``, its replay filled with synthetic continuous actions. Its floor is
+its 28 products per client: the target actor's and the target critic's forward passes; the
+critic's forward pass, weight gradients and input gradients but the first layer's; the actor's
+forward pass, the critic's forward pass on its actions and the critic's input gradients down to
+its input (the actor's loss differentiates the critic's input); the actor's weight gradients and
+input gradients but the first layer's. Adam alone is both networks' Adam updates.
+
 **Projection.** ``--round`` also runs the headline command for one round
 (``python -m morlfed.run env=mo-lunar-lander dist=dirichlet rounds=1`` with the engine and
 precision asked for and the executor and workers that ``executor=auto`` picks for the full run, so
@@ -25,6 +33,7 @@ evaluation plus the spec's rounds times the measured round.
     python bench/engine_floor.py                          # step / floor ratio, one thread
     python bench/engine_floor.py --precision bf16         # the same in bfloat16
     python bench/engine_floor.py --round                  # and the headline's projected wall time
+    python bench/engine_floor.py --env mo-lunar-lander-continuous   # DDPG's step / floor ratio
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from morlfed.envs import get_spec
 from morlfed.parallelism import cpu_model, resolve
+from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.engine import stacked_algorithm
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
@@ -56,24 +66,34 @@ HEADLINE = ["env=mo-lunar-lander", "dist=dirichlet"]
 
 def engine_step(
     env: str, clients: int, precision: str
-) -> tuple[Callable[[], None], Callable[[], None], list[tuple[int, int]], int]:
-    """The headline learner's gradient step and Adam update as closures, its layer shapes and batch size.
+) -> tuple[Callable[[], None], Callable[[], None], dict[str, list[tuple[int, int]]], int]:
+    """The env's learner's gradient step and Adam update as closures, its layer shapes and batch size.
 
-    The first closure is one gradient step of the headline's learner, the second its Adam update
-    alone (the step's last pass, over the gradients the step left); the shapes are the Q-network's
-    layers as ``(in, out)``.
+    The first closure is one gradient step of the learner the env's run builds, the second its Adam
+    update(s) alone (the step's last pass, over the gradients the step left); the shapes are each
+    network's layers as ``(in, out)``: ``{"q": ...}`` for DQN, ``{"actor": ..., "critic": ...}``
+    for DDPG.
     """
     spec = get_spec(env)
     _, learner, _ = stacked_algorithm(spec, clients, 0, 100_000, "cpu", precision)
-    assert isinstance(learner, StackedDQN), f"{env} does not use DQN"
-    batch = int(spec.agent_kwargs["batch_size"])
-    obs_dim = int(learner.layout.layers[0].shape[1])
-    replay = StackedReplay(clients, 20_000, obs_dim, 1, True)
+    batch = int(spec.agent_kwargs.get("batch_size", 256 if spec.agent == "ddpg" else 32))
+    ddpg = isinstance(learner, StackedDDPG)
     rng = np.random.default_rng(0)
+
+    def weights(prefix: str) -> list[tuple[int, int]]:
+        layers = [layer for layer in learner.layout.layers if layer.name.startswith(prefix) and len(layer.shape) == 2]
+        return [(layer.shape[1], layer.shape[0]) for layer in layers]
+
+    shapes = {"actor": weights("actor."), "critic": weights("critic.qf0.")} if ddpg else {"q": weights("")}
+    obs_dim = (shapes["actor"] if ddpg else shapes["q"])[0][0]
+    act_dim = shapes["actor"][-1][1] if ddpg else 1
+    replay = StackedReplay(clients, 20_000, obs_dim, act_dim, not ddpg)
     rows = rng.standard_normal((clients, 20_000, replay.width)).astype(np.float32)
-    n_actions = int(learner.layout.layers[-1].shape[0])
-    rows[..., 2 * obs_dim] = rng.integers(0, n_actions, (clients, 20_000))
-    rows[..., 2 * obs_dim + 2] = rng.random((clients, 20_000)) < 0.01
+    if ddpg:
+        rows[..., 2 * obs_dim : 2 * obs_dim + act_dim] = rng.uniform(-1, 1, (clients, 20_000, act_dim))
+    else:
+        rows[..., 2 * obs_dim] = rng.integers(0, shapes["q"][-1][1], (clients, 20_000))
+    rows[..., 2 * obs_dim + act_dim + 1] = rng.random((clients, 20_000)) < 0.01
     replay.data.copy_(torch.from_numpy(rows))
     replay.pos[:] = 0
     replay.full[:] = True
@@ -83,33 +103,73 @@ def engine_step(
     def step() -> None:
         learner.gradient_step(replay.sample(rng.random((clients, batch))), mask, mu, centre)
 
-    def optimiser() -> None:
-        learner.optimiser.step(mask)
+    # DDPG's step hands Adam the gradients it computed: the same-shaped stand-ins here
+    grads = {name: 1e-3 * torch.randn_like(getattr(learner, name)) for name in ("actor", "critic")} if ddpg else {}
 
-    shapes = [(layer.shape[1], layer.shape[0]) for layer in learner.layout.layers if len(layer.shape) == 2]
+    def optimiser() -> None:
+        if isinstance(learner, StackedDDPG):
+            learner.critic_optimiser.step(mask, {"critic": grads["critic"]})
+            learner.actor_optimiser.step(mask, {"actor": grads["actor"]})
+        else:
+            assert isinstance(learner, StackedDQN), f"{env}: an engine step of {type(learner).__name__}"
+            learner.optimiser.step(mask)
+
     return step, optimiser, shapes, batch
 
 
-def floor_chain(shapes: list[tuple[int, int]], clients: int, batch: int, dtype: torch.dtype) -> Callable[[], None]:
+class _Net:
+    """One network's preallocated weights, gradients, activations and input gradients for the floor chain."""
+
+    def __init__(self, shapes: list[tuple[int, int]], clients: int, batch: int, dtype: torch.dtype) -> None:
+        self.weights = [torch.randn(clients, out, inp, dtype=dtype) for inp, out in shapes]
+        self.grads = [torch.empty(clients, out, inp, dtype=dtype) for inp, out in shapes]
+        self.x = torch.randn(clients, batch, shapes[0][0], dtype=dtype)
+        self.acts = [torch.empty(clients, batch, out, dtype=dtype) for _, out in shapes]
+        self.back = [torch.empty(clients, batch, inp, dtype=dtype) for inp, _ in shapes]
+
+    def forward(self) -> None:
+        """One forward pass: a product per layer."""
+        h = self.x
+        for w, a in zip(self.weights, self.acts):
+            h = torch.bmm(h, w.transpose(1, 2), out=a)
+
+    def backward(self, weight_grads: bool = True, to_input: bool = False) -> None:
+        """One backward pass: each layer's weight gradient and input gradient (the first layer's if ``to_input``)."""
+        g = self.acts[-1]
+        for k in range(len(self.weights) - 1, -1, -1):
+            if weight_grads:
+                torch.bmm(g.transpose(1, 2), self.acts[k - 1] if k else self.x, out=self.grads[k])
+            if k or to_input:
+                g = torch.bmm(g, self.weights[k], out=self.back[k])
+
+
+def floor_chain(
+    shapes: dict[str, list[tuple[int, int]]], clients: int, batch: int, dtype: torch.dtype
+) -> Callable[[], None]:
     """The engine step's matrix products as a bare chain of ``torch.bmm`` on preallocated tensors."""
-    weights = [torch.randn(clients, out, inp, dtype=dtype) for inp, out in shapes]
-    grads = [torch.empty(clients, out, inp, dtype=dtype) for inp, out in shapes]
-    x = torch.randn(clients, batch, shapes[0][0], dtype=dtype)
-    acts = [torch.empty(clients, batch, out, dtype=dtype) for _, out in shapes]
-    back = [torch.empty(clients, batch, inp, dtype=dtype) for inp, _ in shapes]
+    nets = {name: _Net(layers, clients, batch, dtype) for name, layers in shapes.items()}
+    if "q" in nets:
+        q = nets["q"]
 
-    def chain() -> None:
-        for _ in range(2):  # the target's forward pass, then the online one
-            h = x
-            for w, a in zip(weights, acts):
-                h = torch.bmm(h, w.transpose(1, 2), out=a)
-        g = acts[-1]
-        for k in range(len(weights) - 1, -1, -1):
-            torch.bmm(g.transpose(1, 2), acts[k - 1] if k else x, out=grads[k])
-            if k:
-                g = torch.bmm(g, weights[k], out=back[k])
+        def dqn_chain() -> None:
+            q.forward()  # the target's forward pass, then the online one
+            q.forward()
+            q.backward()
 
-    return chain
+        return dqn_chain
+    actor, critic = nets["actor"], nets["critic"]
+
+    def ddpg_chain() -> None:
+        actor.forward()  # 1. the target actor and the target critic
+        critic.forward()
+        critic.forward()  # 2. the critic's loss and gradients
+        critic.backward()
+        actor.forward()  # 3. the actor's loss through the critic's input, and the actor's gradients
+        critic.forward()
+        critic.backward(weight_grads=False, to_input=True)
+        actor.backward()
+
+    return ddpg_chain
 
 
 def timed(fn: Callable[[], None], repeats: int) -> float:
@@ -145,7 +205,7 @@ def projected_headline(engine: str, precision: str) -> tuple[float, dict]:
 def main() -> None:
     """Measure and print the step / floor ratio (and, with ``--round``, the projection)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="mo-lunar-lander", help="a DQN env spec (default: the headline's)")
+    parser.add_argument("--env", default="mo-lunar-lander", help="a DQN or DDPG env spec (default: the headline's)")
     parser.add_argument("--clients", type=int, default=10, help="clients in the batch (default: 10)")
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default: 1)")
@@ -167,9 +227,12 @@ def main() -> None:
             adam_s.append(timed(optimiser, args.steps))
     engine_ms, floor_ms = 1e3 * statistics.median(engine_s), 1e3 * statistics.median(floor_s)
     adam_ms = 1e3 * statistics.median(adam_s)
-    layers = "-".join([str(shapes[0][0])] + [str(out) for _, out in shapes])
+    networks = ", ".join(
+        "-".join([str(layers[0][0])] + [str(out) for _, out in layers]) + f" {'Q-network' if name == 'q' else name}s"
+        for name, layers in shapes.items()
+    )
     print(
-        f"{args.env}: {args.clients} clients, {layers} Q-networks, batch {batch}, {args.precision}, "
+        f"{args.env}: {args.clients} clients, {networks}, batch {batch}, {args.precision}, "
         f"{args.threads} thread(s), median of {args.blocks} blocks x {args.steps} steps"
     )
     # the ratio depends on the core type: the faster its matrix products, the more the step's
@@ -182,7 +245,12 @@ def main() -> None:
     # pass that no chain of products contains, so floor + Adam bounds any step that trains
     print(f"Adam alone    {adam_ms:7.2f} ms   (the step's optimiser pass, timed on its own)")
     print(f"floor + Adam  {floor_ms + adam_ms:7.2f} ms   ratio to the floor {(floor_ms + adam_ms) / floor_ms:.2f}")
-    print(f"headline's 100 000 batched gradient steps: {engine_ms * 100_000 / 60_000:.1f} min of this engine step")
+    spec = get_spec(args.env)
+    steps = spec.rounds * spec.local_steps  # gradient_steps -1: one gradient step per env step
+    print(
+        f"{args.env}'s default run: {steps:,} batched gradient steps per client, "
+        f"{engine_ms * steps / 60_000:.1f} min of this engine step"
+    )
     if args.round:
         projected, metrics = projected_headline("vectorised", args.precision)
         print(
