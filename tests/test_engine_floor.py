@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 import torch
 from conftest import load_bench
 
