@@ -128,5 +128,5 @@ def test_unknown_experiment_is_one_line(morlfed_cli):
     done = morlfed_cli(["-m", "+experiment=comparsion"])
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"morlfed: error: unknown experiment 'comparsion'; valid: {', '.join(EXPERIMENTS)}"
+        f"morlfed: error: unknown experiment 'comparsion'; valid: {', '.join(group_options('experiment'))}"
     ]
