@@ -18,7 +18,7 @@ Libraries (what notebooks and other code import):
 * :mod:`morlfed.analysis.charts` -- campaign figures (fronts of several algorithms, similarity heatmaps,
   cluster evolution, learning curves, metric bars).
 * :mod:`morlfed.analysis.campaign_figures` -- every figure of a campaign written to a folder.
-* :mod:`morlfed.analysis.published` -- the generated blocks of ``docs/results.md``, parsed and rebuilt.
+* :mod:`morlfed.analysis.published` -- the generated blocks of the results pages, parsed and rebuilt.
 
 Command lines (argument parsing, printing and exit status only):
 
@@ -27,7 +27,7 @@ Command lines (argument parsing, printing and exit status only):
   ``comparison.md`` of an evaluated folder rewritten from its ``summary.csv`` alone.
 * :mod:`morlfed.analysis.plot` -- ``python -m morlfed.analysis.plot``: every figure of a campaign as PNG and PDF.
 * :mod:`morlfed.analysis.results` -- ``python -m morlfed.analysis.results DOC``: the generated tables of
-  ``docs/results.md`` rebuilt from committed ``summary.csv`` files.
+  ``docs/results.md`` and ``docs/results/*.md`` rebuilt from committed ``summary.csv`` files.
 * :mod:`morlfed.analysis.arguments` -- the pieces they share.
 
 ``analysis/notebooks/``: ``pareto_fronts.ipynb`` and ``metrics.ipynb``. See ``docs/analysis.md``.

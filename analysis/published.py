@@ -1,4 +1,4 @@
-"""The generated blocks of a results document (``docs/results.md``), parsed and rebuilt.
+"""The generated blocks of a results document (``docs/results.md``, ``docs/results/*.md``), parsed and rebuilt.
 
 They are rebuilt from committed CSV summaries: the library behind
 ``python -m morlfed.analysis.results``.

@@ -1,8 +1,9 @@
-"""Regenerate the tables of a results document from committed CSV summaries.
+"""Regenerate the tables of results documents from committed CSV summaries.
 
-``python -m morlfed.analysis.results docs/results.md`` rewrites every generated block of the document in
-place; ``--check`` writes nothing and exits 1 if a block differs from what its CSVs give, so a test
-proves that the published tables are the committed data's. The blocks, their kinds and arguments
+``python -m morlfed.analysis.results docs/results.md docs/results/*.md`` rewrites every generated
+block of each document in place; ``--check`` writes nothing and exits 1 if a block differs from
+what its CSVs give, so a test proves that the published tables are the committed data's. A
+block's CSV paths are relative to its document's folder. The blocks, their kinds and arguments
 are described in :mod:`morlfed.analysis.published`, which parses and rebuilds them; this module is the
 command line only.
 
@@ -26,9 +27,9 @@ PROG = "analysis.results"
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=python("-m", f"morlfed.{PROG}"),
-        description="Rebuild the generated tables of a results document from its committed CSV summaries.",
+        description="Rebuild the generated tables of results documents from their committed CSV summaries.",
     )
-    p.add_argument("document", type=Path, help="markdown file with <!-- results:KIND ... --> blocks")
+    p.add_argument("documents", type=Path, nargs="+", help="markdown files with <!-- results:KIND ... --> blocks")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if any generated block is out of date")
     return p
 
@@ -39,29 +40,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
     args = _parser().parse_args(argv)
-    doc: Path = args.document
-    if not doc.is_file():
-        print(f"{PROG}: error: no such document {doc}", file=sys.stderr)
+    docs: list[Path] = args.documents
+    missing = [str(doc) for doc in docs if not doc.is_file()]
+    if missing:
+        print(f"{PROG}: error: no such document {', '.join(missing)}", file=sys.stderr)
         return 2
-    text = doc.read_text()
-    try:
-        new = regenerate(text, doc.parent)
-    except ResultsError as exc:
-        print(f"{PROG}: error: {doc}:{str(exc).removeprefix('line ')}", file=sys.stderr)
-        return 2
-    n = len(parse_blocks(text.splitlines()))
-    if args.check:
-        if new != text:
-            print(
-                f"{PROG}: {doc} is out of date with its CSVs; run {python('-m', f'morlfed.{PROG}', str(doc))}",
-                file=sys.stderr,
-            )
-            return 1
-        print(f"{doc}: {n} generated blocks up to date")
-        return 0
-    atomic_write_text(doc, new)
-    print(f"{doc}: regenerated {n} blocks")
-    return 0
+    texts, new = {}, {}
+    for doc in docs:  # every document is rebuilt before any is written: a bad block writes nothing
+        texts[doc] = doc.read_text()
+        try:
+            new[doc] = regenerate(texts[doc], doc.parent)
+        except ResultsError as exc:
+            print(f"{PROG}: error: {doc}:{str(exc).removeprefix('line ')}", file=sys.stderr)
+            return 2
+    stale = [doc for doc in docs if new[doc] != texts[doc]]
+    for doc in docs:
+        n = len(parse_blocks(texts[doc].splitlines()))
+        if args.check:
+            if doc in stale:
+                print(
+                    f"{PROG}: {doc} is out of date with its CSVs; run {python('-m', f'morlfed.{PROG}', str(doc))}",
+                    file=sys.stderr,
+                )
+            else:
+                print(f"{doc}: {n} generated blocks up to date")
+        else:
+            atomic_write_text(doc, new[doc])
+            print(f"{doc}: regenerated {n} blocks")
+    return 1 if args.check and stale else 0
 
 
 if __name__ == "__main__":

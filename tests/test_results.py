@@ -1,8 +1,8 @@
-"""``python -m morlfed.analysis.results``: the tables of docs/results.md rebuilt from committed CSVs.
+"""``python -m morlfed.analysis.results``: the tables of the results pages rebuilt from committed CSVs.
 
 A small planted summary (two environments, two preference distributions, four variants, two
-seeds) gives hand-computable means, ranks and budgets; the committed docs/results.md must be
-exactly what its own CSVs regenerate.
+seeds) gives hand-computable means, ranks and budgets; the committed docs/results.md and
+docs/results/*.md must be exactly what their own CSVs regenerate.
 """
 
 from __future__ import annotations
@@ -279,6 +279,28 @@ def test_parse_blocks_positions_and_foreign_csv(tmp_path):
         read_summaries(tmp_path, "other.csv")
 
 
+def test_several_documents_each_read_their_csvs_from_their_own_folder(doc, summary, capsys):
+    page = doc.parent / "env" / "page.md"
+    page.parent.mkdir()
+    summary.to_csv(page.parent / "runs.csv", index=False)
+    page.write_text("# Env\n\n<!-- results:budget csv=runs.csv -->\nstale\n<!-- /results -->\n")
+    assert main([str(doc), str(page), "--check"]) == 1
+    assert capsys.readouterr().err.count("out of date") == 2
+    assert main([str(doc), str(page)]) == 0
+    assert main([str(doc), str(page), "--check"]) == 0
+    assert "stale" not in page.read_text() and "| alpha |" in page.read_text()
+
+
+def test_a_bad_block_in_any_document_writes_no_document(doc, tmp_path):
+    bad = tmp_path / "bad.md"
+    bad.write_text("# Bad\n\n<!-- results:chart csv=runs.csv -->\n<!-- /results -->\n")
+    before = doc.read_text()
+    assert main([str(doc), str(bad)]) == 2
+    assert doc.read_text() == before
+
+
 def test_committed_results_are_what_their_csvs_give():
-    """docs/results.md's generated tables equal a regeneration from the committed CSVs."""
-    assert main([str(ROOT / "docs" / "results.md"), "--check"]) == 0
+    """The generated tables of docs/results.md and of every page in docs/results/ equal a regeneration."""
+    pages = [ROOT / "docs" / "results.md", *sorted((ROOT / "docs" / "results").glob("*.md"))]
+    assert len(pages) > 2
+    assert main([*map(str, pages), "--check"]) == 0
