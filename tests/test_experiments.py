@@ -35,6 +35,7 @@ EXPECTED_JOBS = {
     "clustering_validation": 3 * 2,
     "fedpref_search": 3 * 27,
     "fedpref_search_relative": 5 * 9,
+    "fedpref_threshold": 3 * 5,
     "convergence": 3,
 }
 
