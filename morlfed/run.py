@@ -317,7 +317,7 @@ def execute(cfg: DictConfig) -> dict[str, Any]:
             raise
         except (RunStopped, StopNow) as exc:
             remove_new_run_dir(out)
-            print(f"morlfed: stopped by {exc.signal.name} while starting; nothing was changed", file=sys.stderr)
+            print(f"morlfed: stopped by {exc.signal.name} while starting; no round ran", file=sys.stderr)
             raise
         try:
             stop.check()
