@@ -210,6 +210,36 @@ def read_logs(path: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
     return rounds, clusters
 
 
+def check_agreement(path: Path, info: dict[str, Any], clients: int, rounds: pd.DataFrame) -> None:
+    """A finished run's files tell of the same run: ``final.csv``'s clients and ``rounds.csv``'s rounds are ``metrics.json``'s.
+
+    ``final.csv`` has a row per client of ``n_clients`` and ``rounds.csv`` a row per round 1..``rounds``,
+    in order; :class:`RunDirError` naming the file that disagrees (a truncated, stale or foreign file)
+    otherwise. A ``metrics.json`` from before it recorded ``n_clients`` and ``rounds`` is not checked.
+
+    :param path: the run directory
+    :param info: its ``metrics.json``
+    :param clients: the clients ``final.csv`` has
+    :param rounds: its ``rounds.csv``
+    """
+    n_clients, n_rounds = info.get("n_clients"), info.get("rounds")
+    if isinstance(n_clients, int) and clients != n_clients:
+        raise RunDirError(path, f"final.csv has {clients} clients where metrics.json says n_clients={n_clients}")
+    if isinstance(n_rounds, int):
+        logged = pd.to_numeric(rounds["round"], errors="coerce").tolist() if "round" in rounds else []
+        if logged != list(range(1, n_rounds + 1)):
+            got = (
+                f"rounds {int(logged[0])}-{int(logged[-1])}"
+                if logged and all(r == r for r in logged)
+                else "no usable rounds"
+            )
+            raise RunDirError(
+                path,
+                f"rounds.csv logs {got} ({len(logged)} rows) where metrics.json says rounds={n_rounds} "
+                "(truncated, stale or another run's)",
+            )
+
+
 def read_vision_final(path: Path, n_clients: Any) -> pd.DataFrame:
     """``final.csv`` of the vision run directory ``path``, one row per client sorted by id.
 

@@ -31,6 +31,7 @@ import pandas as pd
 
 from morlfed.analysis.run_files import (
     RunDirError,
+    check_agreement,
     cluster_history,
     load_config,
     read_config,
@@ -210,6 +211,7 @@ def _load_vision_run(path: Path, info: dict[str, Any]) -> VisionRun:
         )
     clients = read_vision_final(path, config.get("n_clients"))
     rounds, clusters = read_logs(path)
+    check_agreement(path, info, len(clients), rounds)
     # a YAML mapping's keys are strings
     return VisionRun(path, info, cast("dict[str, Any]", config), clients, rounds, clusters)
 
@@ -235,6 +237,7 @@ def load_run(path: str | Path) -> Run | VisionRun:
         raise RunDirError(path, f"malformed: metrics.json says env {info['env']!r} but config.yaml says {spec.name!r}")
     weights, returns, env_steps, loss_env_steps = read_final(path, spec, config.get("n_clients"))
     rounds, clusters = read_logs(path)
+    check_agreement(path, info, len(weights), rounds)
     return Run(
         path, info, config, spec, weights, returns, rounds, clusters, env_steps=env_steps, loss_env_steps=loss_env_steps
     )

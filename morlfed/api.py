@@ -34,6 +34,7 @@ from omegaconf import DictConfig
 
 from morlfed.analysis.campaign import reference_fronts, returns_gamma
 from morlfed.analysis.charts import learning_curves_figure
+from morlfed.analysis.run_files import check_agreement
 from morlfed.analysis.runs import Run, load_run
 from morlfed.figures import front_figure, non_dominated_mask
 from morlfed.overrides import compose_api, parse, precheck_argv
@@ -66,12 +67,21 @@ class ExperimentResult:
 
         :param run_dir: the run directory
         :raises FileNotFoundError: it holds no finished run (no ``metrics.json``)
+        :raises ValueError: a file is unreadable or malformed, or the files disagree on the run's rounds
+            and clients (:func:`~morlfed.analysis.run_files.check_agreement`); the message names the file
         """
         path = Path(run_dir)
         if not (path / "metrics.json").is_file():
             raise FileNotFoundError(f"{path} holds no finished run: no metrics.json")
-        metrics = json.loads((path / "metrics.json").read_text())
-        return cls(path, metrics, pd.read_csv(path / "final.csv"), pd.read_csv(path / "rounds.csv"))
+        try:
+            metrics = json.loads((path / "metrics.json").read_text())
+            final, rounds = pd.read_csv(path / "final.csv"), pd.read_csv(path / "rounds.csv")
+        except (OSError, ValueError) as exc:  # json's and pandas' parse errors are ValueErrors
+            raise ValueError(f"{path}: unreadable run files: {str(exc).strip().splitlines()[0]}") from exc
+        if not isinstance(metrics, dict):
+            raise ValueError(f"{path / 'metrics.json'}: not a JSON object (a run's metrics are one)")
+        check_agreement(path, metrics, len(final), rounds)
+        return cls(path, metrics, final, rounds)
 
     @property
     def returns(self) -> pd.DataFrame | None:

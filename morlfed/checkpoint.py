@@ -1,26 +1,35 @@
-"""Checkpoints of a run, written atomically under ``RUN_DIR/checkpoints/``, and read back.
+"""Checkpoints of a run, written atomically under ``RUN_DIR/checkpoints/``, checked and read back.
 
 A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
 
-* ``server.pt``: the round, the strategy's ``state_dict`` (its RNG state included), the "+FT"
-  models kept so far, the main process' global RNG states, the text of ``rounds.csv`` and
-  ``clusters.jsonl`` up to round r, and the run's loop seconds until then;
-* ``clients/client_<cid>.pt``: every client's ``get_state()`` (for an RL client: SB3 networks and
-  optimiser(s), replay buffer, step/update counters, exploration rate, episode records), written
-  by the process that owns the client.
+* ``server.safetensors`` (:data:`SERVER`): the round, the strategy's ``state_dict`` (its RNG state
+  included), the "+FT" models kept so far, the main process' global RNG states, the text of
+  ``rounds.csv`` and ``clusters.jsonl`` up to round r, and the run's loop seconds until then;
+* ``clients/client_<cid>.safetensors``: every client's ``get_state()`` (for an RL client: networks
+  and optimiser(s), replay buffer arrays, step/update counters, exploration rate, episode records),
+  written by the process that owns the client;
+* ``manifest.json`` (:mod:`morlfed.manifest`): the SHA-256 and size of every other file below the
+  checkpoint's directory, whatever wrote it, written last.
 
-It is assembled in a hidden temporary directory and renamed into place, so a reader (or a resume
-after a crash, even SIGKILL in the middle of writing) only ever sees complete checkpoints; older
-ones are deleted afterwards, except those that ``checkpoint_every`` (or ``also``) keeps. The
-federation writes one after every round but the last, so that a stop (Ctrl-C, SIGTERM, a crash, even SIGKILL) loses at most the round in
-progress; those that ``checkpoint_every`` (or ``also``) did not ask for are removed when the run
-completes (:meth:`Checkpointer.finish`). Client RNGs need no saving: a client reseeds every
-generator from (seed, client, round) at each fit, so a resumed run repeats exactly what the
-uninterrupted run would have done.
+Every state file holds data only (:mod:`morlfed.safestate`: tensors, numbers, strings, lists), so
+reading a checkpoint never runs code, whoever wrote it. A checkpoint is assembled in a hidden
+temporary directory and renamed into place, so a reader (or a resume after a crash, even SIGKILL in
+the middle of writing) only ever sees complete checkpoints; older ones are deleted afterwards,
+except those that ``checkpoint_every`` (or ``also``) keeps. Before a run starts from a checkpoint
+(:meth:`Checkpointer.usable`), every file is checked against the manifest and every state file's
+format is read: a damaged checkpoint is named and refused, and the latest complete one before it is
+used instead. The federation writes one after every round but the last, so that a stop (Ctrl-C,
+SIGTERM, a crash, even SIGKILL) loses at most the round in progress; those that
+``checkpoint_every`` (or ``also``) did not ask for are removed when the run completes
+(:meth:`Checkpointer.finish`). Client RNGs need no saving: a client reseeds every generator from
+(seed, client, round) at each fit, so a resumed run repeats exactly what the uninterrupted run would
+have done.
 
 ``python -m morlfed.run resume=RUN_DIR`` continues from the latest checkpoint and
 ``branch_from=RUN_DIR`` starts a new run from it (command lines and checks: :mod:`morlfed.resume`);
-a run stopped by a signal keeps its latest (:mod:`morlfed.interrupt`).
+a run stopped by a signal keeps its latest (:mod:`morlfed.interrupt`). Checkpoints that an earlier
+morlfed pickled (``server.pt``) are refused with the command that converts them
+(:mod:`morlfed.convert`, for run directories the user trusts).
 """
 
 from __future__ import annotations
@@ -38,8 +47,14 @@ import numpy as np
 import torch
 
 from morlfed.executors import Executor
+from morlfed.manifest import MANIFEST, CorruptError, verify_manifest, write_manifest
+from morlfed.safestate import CONVERT, UnsafeStateError, check_state, load_state, save_state
 
 CHECKPOINTS = "checkpoints"
+#: The server state's file in a checkpoint.
+SERVER = "server.safetensors"
+#: What an earlier morlfed called it (a pickle).
+PICKLED_SERVER = "server.pt"
 _ROUND_DIR = re.compile(r"^round_(\d+)$")
 
 
@@ -74,7 +89,7 @@ class Checkpointer:
         directory, is deleted afterwards.
 
         :param round: the round just completed
-        :param server_state: what ``server.pt`` holds (see the module docstring)
+        :param server_state: what ``server.safetensors`` holds (see the module docstring)
         :param executor: the executor whose clients are saved
         :return: the checkpoint's directory
         """
@@ -84,7 +99,8 @@ class Checkpointer:
         (tmp / "clients").mkdir(parents=True)
         try:
             executor.save_clients(tmp / "clients")
-            torch.save(server_state, tmp / "server.pt")
+            save_state(tmp / SERVER, server_state)
+            write_manifest(tmp)  # last: it lists every file written above
             _fsync_tree(tmp)
             final = self.root / f"round_{round}"
             if final.exists():  # left by an earlier attempt at the same round
@@ -114,19 +130,61 @@ class Checkpointer:
                 self.root.rmdir()
 
     def latest(self, before: int | None = None) -> Path | None:
-        """The latest complete checkpoint, or ``None``.
+        """The latest complete checkpoint (one with its manifest), or ``None``; its files are not checked here.
 
         :param before: only a checkpoint after a round earlier than this one counts (``None``: any)
         """
+        found = self._complete(before)
+        return found[0] if found else None
+
+    def _complete(self, before: int | None) -> list[Path]:
+        """The complete checkpoints (with a manifest), latest first."""
         if not self.root.is_dir():
-            return None
+            return []
         found = [
             (int(m.group(1)), p)
             for p in self.root.iterdir()
-            if (m := _ROUND_DIR.match(p.name)) and (p / "server.pt").is_file()
+            if (m := _ROUND_DIR.match(p.name)) and (p / MANIFEST).is_file()
         ]
-        found = [(r, p) for r, p in found if before is None or r < before]
-        return max(found)[1] if found else None
+        return [p for r, p in sorted(found, reverse=True) if before is None or r < before]
+
+    def usable(self, before: int | None = None) -> tuple[Path | None, list[str]]:
+        """The latest checkpoint whose files are intact, and why any later one was refused.
+
+        Each complete checkpoint, latest first, is checked (:func:`check_checkpoint`); a damaged one
+        is passed over, and the reason, which names the file, is returned with the one found.
+
+        :param before: only a checkpoint after a round earlier than this one counts (``None``: any)
+        :return: the checkpoint (``None``: none is intact) and the reasons for those refused
+        :raises ValueError: the checkpoints were pickled by an earlier morlfed (the message says how to convert them)
+        """
+        refused = []
+        for path in self._complete(before):
+            try:
+                check_checkpoint(path)
+            except (CorruptError, UnsafeStateError) as exc:
+                refused.append(str(exc))
+                continue
+            return path, refused
+        if not refused and self.root.is_dir() and any(self.root.glob(f"round_*/{PICKLED_SERVER}")):
+            raise ValueError(
+                f"{self.root}: checkpoints pickled by an earlier morlfed, which can run code when read: refused; "
+                f"if you trust this run directory, convert them with {CONVERT}"
+            )
+        return None, refused
+
+
+def check_checkpoint(path: Path) -> None:
+    """Check a checkpoint's files against its manifest and read each state file's format (no tensor data).
+
+    :param path: a checkpoint directory
+    :raises CorruptError: a file is missing, altered or unlisted (the message names it)
+    :raises UnsafeStateError: a state file is not one that holds data only (a pickle, ...)
+    """
+    verify_manifest(path)
+    check_state(Path(path) / SERVER)
+    for client in sorted((Path(path) / "clients").glob("*.safetensors")):
+        check_state(client)
 
 
 def checkpoint_round(path: Path) -> int:
@@ -142,11 +200,15 @@ def checkpoint_round(path: Path) -> int:
 
 
 def load_server_state(path: Path) -> dict[str, Any]:
-    """The server state of the checkpoint at ``path`` (a trusted file written by morlfed).
+    """The server state of the checkpoint at ``path`` (data only: :mod:`morlfed.safestate`).
 
     :param path: a checkpoint directory
+    :raises UnsafeStateError: the file is not a state file (the message names it)
     """
-    return torch.load(Path(path) / "server.pt", weights_only=False)
+    state = load_state(Path(path) / SERVER)
+    if not isinstance(state, dict) or not isinstance(state.get("round"), int):
+        raise UnsafeStateError(f"{Path(path) / SERVER}: not a server state (no round)")
+    return state
 
 
 def global_rng_state() -> dict[str, Any]:

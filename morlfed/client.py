@@ -223,8 +223,9 @@ class Client(ABC):
     def get_state(self, cid: int) -> dict[str, Any]:
         """Everything client ``cid`` carries from one round to the next (checkpoints, rollback of a failed fit).
 
-        The state is an independent copy (later training does not change it) that
-        :func:`torch.save` can write.
+        The state is an independent copy (later training does not change it) made of data only:
+        dicts, lists, tuples, numbers, strings, tensors and numpy arrays, which a state file holds
+        (:mod:`morlfed.safestate`; a checkpoint never pickles objects).
         """
 
     @abstractmethod

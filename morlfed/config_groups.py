@@ -25,8 +25,37 @@ ADDED_GROUPS = ("experiment", "variant")
 
 @cache
 def task_class(name: str) -> type[Task]:
-    """The class of task ``name``, named by ``task._target_`` in ``conf/task/<name>.yaml``."""
+    """The class of task ``name``, named by ``task._target_`` in ``conf/task/<name>.yaml``.
+
+    :raises ValueError: ``name`` is not a task (an option of the ``task`` group)
+    """
+    if name not in group_options("task"):
+        raise ValueError(f"unknown task {name!r}; valid: {', '.join(group_options('task'))}")
     return get_class(OmegaConf.load(group_folder("task") / f"{name}.yaml").task._target_)
+
+
+@cache
+def registered_targets() -> frozenset[str]:
+    """Every ``_target_`` that a config on morlfed's search path names: the strategies, tasks, engines, loggers, ...
+
+    A command line (or the saved one that ``resume=`` reapplies) may name no other code.
+    """
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "_target_" and isinstance(value, str):
+                    found.add(value)
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for folder in search_path():
+        for path in folder.rglob("*.yaml"):
+            walk(OmegaConf.to_container(OmegaConf.load(path)))
+    return frozenset(found)
 
 
 @cache

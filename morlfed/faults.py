@@ -17,6 +17,9 @@ Kinds:
   model (exercises the rollback of the round's training).
 * ``kill_worker``: the process hosting the client kills itself with ``SIGKILL`` (refused with
   ``sequential``, where that process is the run itself).
+* ``kill_saving``, ``kill_evaluating``: the same, once the round's fits are done, while it saves
+  its clients for the round's checkpoint or evaluates them (after the last round: the final
+  evaluation); the executor restarts it and retries the step.
 
 A failed fit is excluded from the round's aggregation and recorded in ``rounds.csv``; see
 :mod:`morlfed.executors.base` for the rollback and restart rules.
@@ -35,16 +38,17 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 
 from morlfed.client import Client
 from morlfed.executors.base import ClientFactory, ClientHost, HostFactory
-from morlfed.protocol import FitResult, FitTask
+from morlfed.protocol import Evaluation, FitResult, FitTask
 
-KINDS = ("raise", "hang", "freeze", "nan", "kill_worker")
+KINDS = ("raise", "hang", "freeze", "nan", "kill_worker", "kill_saving", "kill_evaluating")
 #: Kinds that only an executor with separate worker processes can survive.
-REMOTE_ONLY = ("freeze", "kill_worker")
+REMOTE_ONLY = ("freeze", "kill_worker", "kill_saving", "kill_evaluating")
 
 
 class InjectedFault(RuntimeError):
@@ -107,6 +111,34 @@ class FaultyHost(ClientHost):
     ) -> None:
         super().__init__(factory, cids, timeout)
         self.faults = {(f.client, f.round): f.kind for f in faults}
+        #: the round of the latest fit this host ran (0: none since it started)
+        self.round = 0
+
+    def _strike(self, kind: str) -> None:
+        """Kill this process if one of its clients has a ``kind`` fault in the round of its latest fit."""
+        if any(self.faults.get((cid, self.round)) == kind for cid in self.cids):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def save(self, directory: Path) -> None:
+        """Save the clients (a ``kill_saving`` fault of this round strikes first).
+
+        :param directory: a checkpoint's ``clients`` directory
+        """
+        self._strike("kill_saving")
+        super().save(directory)
+
+    def states(self) -> dict[int, bytes]:
+        """Every client's serialised state (a ``kill_saving`` fault of this round strikes first)."""
+        self._strike("kill_saving")
+        return super().states()
+
+    def evaluate_many(self, requests: Sequence[tuple[int, torch.Tensor | None, int]]) -> dict[int, Evaluation]:
+        """Evaluate models on this host's clients (a ``kill_evaluating`` fault of this round strikes first).
+
+        :param requests: ``(cid, params, seed)`` triples
+        """
+        self._strike("kill_evaluating")
+        return super().evaluate_many(requests)
 
     def _fit(self, tasks: Mapping[int, FitTask]) -> Mapping[int, FitResult]:
         """Run the real fit and misbehave as this round's fault says.
@@ -115,6 +147,7 @@ class FaultyHost(ClientHost):
         changed and must be rolled back; ``freeze`` and ``kill_worker`` strike before.
         """
         ((cid, task),) = tasks.items()
+        self.round = task.round
         kind = self.faults.get((cid, task.round))
         if kind == "freeze":
             signal.signal(signal.SIGALRM, signal.SIG_IGN)  # deaf to the in-process timeout

@@ -36,7 +36,7 @@ from morlfed.checkpoint import (
 )
 from morlfed.executors import Executor
 from morlfed.interrupt import StopSignals
-from morlfed.progress import RoundProgress
+from morlfed.progress import RoundBudgets, RoundProgress
 from morlfed.protocol import ClientFailure, Evaluation, FitResult
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import derive_seed, generator
@@ -151,6 +151,12 @@ def participants_for(cfg: FederationConfig, round: int) -> list[int]:
     return sorted(int(c) for c in chosen)
 
 
+def round_budgets(cfg: FederationConfig) -> RoundBudgets:
+    """Each round's budget (participants x local steps), in closed form: no loop over the rounds."""
+    per_round, last = (len(participants_for(cfg, r)) * cfg.local_steps for r in (1, cfg.rounds))
+    return RoundBudgets(per_round, cfg.rounds, last)
+
+
 def deployed_models(
     strategy: Strategy, n_clients: int, finetuned: dict[int, torch.Tensor]
 ) -> dict[int, torch.Tensor | None]:
@@ -244,10 +250,8 @@ class Federation:
             self.run_dir.write_text("clusters.jsonl", clusters)
 
     def _checkpoint(self, rnd: int, finetuned: dict[int, torch.Tensor]) -> Path:
-        logs = {
-            name: read_log(self.run_dir.path / name) if self.run_dir else ""
-            for name in ("rounds.csv", "clusters.jsonl")
-        }
+        names = ("rounds.csv", "clusters.jsonl")
+        logs = {name: read_log(self.run_dir.path / name) if self.run_dir else "" for name in names}
         state = {
             "round": rnd,
             "strategy": self.strategy.state_dict(),
@@ -268,9 +272,8 @@ class Federation:
         """
         cfg, stop = self.cfg, self.stop
         self._started = time.perf_counter()
-        budgets = [len(participants_for(cfg, r)) * cfg.local_steps for r in range(1, cfg.rounds + 1)]
         with stop if self.checkpointer else contextlib.nullcontext():
-            with RoundProgress(budgets, self.start_round, cfg.budget_unit, cfg.progress) as progress:
+            with RoundProgress(round_budgets(cfg), self.start_round, cfg.budget_unit, cfg.progress) as progress:
                 for rnd in range(self.start_round, cfg.rounds + 1):
                     stop.check()
                     self._round(rnd, progress)
@@ -280,6 +283,8 @@ class Federation:
                 log.warning(inert)
             with stop.interruptible():
                 evaluations = self.executor.evaluate(self.deployed_models(), eval_seeds(cfg))
+            for event in self.executor.take_events():  # a worker restarted during the final evaluation
+                log.warning("final evaluation: %s", event)
         if eval_due(cfg, cfg.rounds):
             final = mean_scalarised(evaluations)
             log.info("round %d/%d: deployed models' mean scalarised evaluation %.4g", cfg.rounds, cfg.rounds, final)
@@ -334,7 +339,7 @@ class Federation:
             self._finetuned = {cid: self.strategy.finetuned_model(cid, r) for cid, r in ok.items()}
         else:
             self.strategy.aggregate(rnd, ok)
-        reward = mean_train_reward(ok)
+        reward = mean_metric(ok, "train_reward")
         curve = None
         if eval_due(cfg, rnd) and rnd < cfg.rounds:
             with self.stop.interruptible():
@@ -430,11 +435,6 @@ def split_results(results: dict[int, FitResult | ClientFailure]) -> tuple[dict[i
         else:
             ok[cid] = res
     return ok, failed
-
-
-def mean_train_reward(results: dict[int, FitResult]) -> float:
-    """Mean over clients of the scalarised training reward they reported (NaN if none did)."""
-    return mean_metric(results, "train_reward")
 
 
 def mean_scalarised(evaluations: dict[int, Evaluation]) -> float:

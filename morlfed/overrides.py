@@ -47,10 +47,12 @@ from morlfed.config_groups import (
     group_folder,
     group_options,
     groups,
+    registered_targets,
     task_class,
     top_level_keys,
 )
-from morlfed.resume import resume_command
+from morlfed.resume import SWEEP_JOBS, resume_command
+from morlfed.runlock import RunDirBusy, holder
 from morlfed.runstatus import describe_run_dir
 from morlfed.settings import ConfigError, check_setting
 
@@ -246,9 +248,37 @@ def check_overrides(argv: list[str]) -> None:
     _check_overrides(overrides)
 
 
+def _targets(key: str, value: Any) -> Iterator[str]:
+    """The ``_target_`` values an override of ``key`` with ``value`` sets (itself, or inside a dict value)."""
+    if key.split(".")[-1] == "_target_":
+        yield str(value)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _targets(str(k), v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _targets("", v)
+
+
+def _check_code(override: Override) -> None:
+    """An override names no code outside the configs (``_target_``), and no path as the task's name."""
+    key, line = override.key_or_group, _line(override)
+    if key == "task.name":
+        raise ConfigError(f"{line}: task.name names the task's own config; choose the task with task=NAME")
+    for value in _values(override):
+        for target in _targets(key, value):
+            if target not in registered_targets():
+                raise ConfigError(
+                    f"{line}: _target_ {target!r} is none of the classes morlfed's configs name (strategies, tasks, "
+                    "engines, loggers); a command line may not name other code"
+                )
+
+
 def _check_overrides(overrides: list[Override]) -> None:
     _check_groups(overrides)
     settings = [o for o in overrides if _group(o) is None and not o.is_hydra_override()]
+    for override in settings:
+        _check_code(override)
     for override in settings:
         for value in _values(override):
             if not (isinstance(value, str) and "${" in value):  # an interpolation resolves later
@@ -272,6 +302,11 @@ def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> Non
     :param key: how the command line names it (``hydra.run.dir``)
     :param ignore: entries to overlook (hydra's own, already written for this run)
     """
+    busy = holder(path)
+    if busy is not None:
+        raise RunDirBusy(
+            f"{key}={path} is in use by another morlfed run ({busy}): one run at a time writes into a run directory"
+        )
     held = describe_run_dir(path, ignore)
     if held is None:
         return
@@ -318,13 +353,15 @@ def sweep_dir(overrides: list[Override]) -> Path | None:
 def check_new_sweep_dir(path: Path) -> None:
     """Raise :class:`~morlfed.settings.ConfigError` when the sweep folder ``path`` holds an earlier sweep.
 
-    An earlier sweep leaves its ``multirun.yaml``, which hydra rewrites before the first job starts.
+    An earlier sweep leaves its ``multirun.yaml``, which hydra rewrites before the first job starts,
+    and its list of jobs (:data:`~morlfed.resume.SWEEP_JOBS`), whose runs ``branch_siblings`` trusts.
 
     :param path: the sweep folder to be
     """
-    if (path / "multirun.yaml").is_file():
+    found = [name for name in ("multirun.yaml", SWEEP_JOBS) if (path / name).is_file()]
+    if found:
         raise ConfigError(
-            f"hydra.sweep.dir={path} already holds a sweep (multirun.yaml); a sweep never writes into "
+            f"hydra.sweep.dir={path} already holds a sweep ({found[0]}); a sweep never writes into "
             f"another's folder: give a new hydra.sweep.dir (a stopped job continues with "
             f"`{python()} -m morlfed.run resume=JOB_DIR`)"
         )

@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import TracebackType
 
 from tqdm.auto import tqdm
@@ -30,7 +31,7 @@ def counted(n: int, noun: str) -> str:
 
 
 def duration(seconds: float) -> str:
-    """A duration for people: ``2.5 s``, ``42 s``, ``7 min``, ``1.3 h``.
+    """A duration for people: ``2.5 s``, ``42 s``, ``7 min``, ``1.3 h``, ``12 days``, ``3,171 years``.
 
     :param seconds: the duration in seconds
     """
@@ -40,7 +41,47 @@ def duration(seconds: float) -> str:
         return f"{seconds:.0f} s"
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    if seconds < 72 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds < 2 * 365 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    return f"{seconds / (365 * 86400):,.0f} years"
+
+
+@dataclass(frozen=True)
+class RoundBudgets:
+    """Each round's budget (participants x local steps), without a list: the same in every round but the last.
+
+    :param per_round: the budget of every round but the last
+    :param rounds: the number of rounds
+    :param last: the last round's budget (a "+FT" run's last round has every client)
+    """
+
+    per_round: int
+    rounds: int
+    last: int
+
+    def __len__(self) -> int:
+        """The number of rounds."""
+        return self.rounds
+
+    def of(self, rnd: int) -> int:
+        """Round ``rnd``'s budget (1-based; 0 past the last round).
+
+        :param rnd: the round
+        """
+        return 0 if not 1 <= rnd <= self.rounds else self.last if rnd == self.rounds else self.per_round
+
+    def total(self, first: int = 1, last: int | None = None) -> int:
+        """The budget of rounds ``first`` to ``last`` (both included; ``None``: the last round).
+
+        :param first: the first round
+        :param last: the last round
+        """
+        first, last = max(first, 1), self.rounds if last is None else min(last, self.rounds)
+        if last < first:
+            return 0
+        return (last - first + 1) * self.per_round + (self.last - self.per_round if last == self.rounds else 0)
 
 
 #: How many reports a batch of clients sends while it trains (:class:`StepReporter`).
@@ -83,13 +124,13 @@ class RoundProgress:
     :param enabled: show the bar (``progress=``); the estimate is printed either way
     """
 
-    def __init__(self, budgets: list[int], start_round: int, unit: str, enabled: bool = True) -> None:
+    def __init__(self, budgets: RoundBudgets, start_round: int, unit: str, enabled: bool = True) -> None:
         self.budgets, self.start_round, self.unit = budgets, start_round, unit
         self.rounds = len(budgets)
         done = start_round - 1
         self.bar = tqdm(
-            total=sum(budgets),
-            initial=sum(budgets[:done]),
+            total=budgets.total(),
+            initial=budgets.total(1, done),
             desc=self._label(done),
             unit=f" {unit}",
             unit_scale=True,
@@ -100,7 +141,7 @@ class RoundProgress:
         #: env steps of the running round that :meth:`steps` showed before their clients came back
         self._provisional = 0
         #: the running round's budget not yet shown
-        self._left = budgets[done] if done < self.rounds else 0
+        self._left = budgets.of(done + 1)
 
     def _label(self, done: int) -> str:
         return f"{done}/{self.rounds} rounds"
@@ -137,12 +178,12 @@ class RoundProgress:
         :param postfix: short facts about the round (training reward, failed clients)
         """
         self._provisional = 0
-        self._left = self.budgets[rnd] if rnd < self.rounds else 0
+        self._left = self.budgets.of(rnd + 1)
         self.bar.set_description_str(self._label(rnd), refresh=False)
         self.bar.set_postfix(postfix)
         if rnd == self.start_round and rnd < self.rounds:
             seconds = time.perf_counter() - self._started
-            rest = sum(self.budgets[rnd:]) / max(1, self.budgets[rnd - 1]) * seconds
+            rest = self.budgets.total(rnd + 1) / max(1, self.budgets.of(rnd)) * seconds
             line = (
                 f"round {rnd}/{self.rounds} took {duration(seconds)}; estimated time of rounds "
                 f"{rnd}-{self.rounds}: about {duration(seconds + rest)} ({duration(rest)} more)"

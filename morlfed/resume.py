@@ -9,11 +9,15 @@ are read and written by :mod:`morlfed.checkpoint`.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import socket
 from pathlib import Path
 from typing import Any, cast
 
-from morlfed.checkpoint import CHECKPOINTS, Checkpointer, checkpoint_round
+from morlfed.checkpoint import Checkpointer, checkpoint_round
 from morlfed.commands import python
 
 #: Top-level config keys a resumed run may change (they do not change its results).
@@ -41,8 +45,6 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
     (``RUN_DIR/.hydra/overrides.yaml``) followed by the command line's other overrides, which may
     only set keys of ``may_change`` (or ``hydra.*``) and replace the saved overrides of those keys.
     """
-    from omegaconf import OmegaConf
-
     given = [a for a in argv if _override_key(a) == key]
     if not given:
         return None
@@ -65,7 +67,23 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
         k = _override_key(override)
         return k not in replaced and not any(k.startswith(f"{r}.") for r in replaced)
 
-    return path, [*[str(o) for o in OmegaConf.load(saved_file) if kept(str(o))], *extra]
+    saved = _load_yaml(saved_file, key)
+    if not isinstance(saved, list) or not all(isinstance(o, str) for o in saved):
+        raise ValueError(f"{saved_file}: not a list of overrides (the file is damaged or not morlfed's)")
+    return path, [*[o for o in saved if kept(o)], *extra]
+
+
+def _load_yaml(path: Path, key: str) -> Any:
+    """The plain contents of a run's YAML file; ``ValueError`` naming it when it cannot be read."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path))
+    except (OSError, UnicodeDecodeError, YAMLError, OmegaConfBaseException) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{key}=: {path}: unreadable ({first})") from None
 
 
 def resume_command(run_path: Path) -> str:
@@ -125,12 +143,13 @@ def branch_point(source: Path, config_yaml: str) -> Path:
     now = _check_same_config(source, config_yaml, "branch_from", _BRANCH_IGNORES)
     rounds = int(now["rounds"])
     checkpoints = Checkpointer(source)
-    start = checkpoints.latest(before=rounds)
+    start, refused = checkpoints.usable(before=rounds)
     if start is None:
         latest = checkpoints.latest()
         found = "none" if latest is None else f"the only one is after round {checkpoint_round(latest)}"
+        found = "; ".join(refused) if refused else found
         raise ValueError(
-            f"branch_from={source}: needs a checkpoint from before the last round {rounds} ({found}); "
+            f"branch_from={source}: needs an intact checkpoint from before the last round {rounds} ({found}); "
             f"run it with checkpoint_every={rounds - 1}"
         )
     return start
@@ -140,22 +159,58 @@ def branch_point(source: Path, config_yaml: str) -> Path:
 _BRANCH_IGNORES = {*RESUME_MAY_CHANGE, *BRANCH_MAY_CHANGE, "branch_from", "resume"}
 
 
-def sibling_source(run_path: Path, config_yaml: str) -> Path | None:
-    """For ``branch_siblings=true``: a finished run beside ``run_path`` to branch from, or ``None``.
+#: The list of a sweep's jobs, in its folder: one JSON line per job, written as the job starts.
+SWEEP_JOBS = "sweep_jobs.jsonl"
 
-    The run is one in the same sweep folder that :func:`branch_point` accepts as the source of a run
-    with config ``config_yaml`` (the same config outside the keys a branch may change, a checkpoint
-    before the last round), the one with the latest such checkpoint (then by name); a "+FT" run
-    started from it gets exactly its from-scratch numbers. ``None`` if there is none (the run then
-    trains from scratch).
+
+def record_sweep_job(run_path: Path) -> None:
+    """Record the job directory ``run_path`` in its sweep folder's :data:`SWEEP_JOBS` (the sweep's own manifest).
+
+    :param run_path: a sweep job's directory
+    """
+    run_path = Path(run_path).absolute()
+    line = json.dumps({"job": run_path.name, "pid": os.getpid(), "host": socket.gethostname()}) + "\n"
+    fd = os.open(run_path.parent / SWEEP_JOBS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        os.write(fd, line.encode())  # one short append: whole, even beside another job's
+    finally:
+        os.close(fd)
+
+
+def sweep_jobs(folder: Path) -> set[str]:
+    """The job directories a sweep recorded in ``folder`` (:func:`record_sweep_job`); none without its list.
+
+    :param folder: a sweep folder
+    """
+    try:
+        lines = (Path(folder) / SWEEP_JOBS).read_text().splitlines()
+    except OSError:
+        return set()
+    jobs = set()
+    for line in lines:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            jobs.add(str(json.loads(line)["job"]))
+    return jobs
+
+
+def sibling_source(run_path: Path, config_yaml: str) -> Path | None:
+    """For ``branch_siblings=true``: a finished run of the same sweep to branch from, or ``None``.
+
+    The run is one that this sweep created (recorded in its folder's :data:`SWEEP_JOBS`; nothing
+    else in the folder counts) and that :func:`branch_point` accepts as the source of a run with
+    config ``config_yaml`` (the same config outside the keys a branch may change, an intact
+    checkpoint before the last round), the one with the latest such checkpoint (then by name); a
+    "+FT" run started from it gets exactly its from-scratch numbers. ``None`` if there is none (the
+    run then trains from scratch).
 
     :param run_path: the new run's directory
     :param config_yaml: the new run's resolved config as YAML
     """
     run_path = Path(run_path).absolute()
     found = []
-    for other in sorted(run_path.parent.iterdir()):
-        if other == run_path or not (other / "metrics.json").is_file():
+    for name in sorted(sweep_jobs(run_path.parent) - {run_path.name}):
+        other = run_path.parent / name
+        if "/" in name or name in ("", ".", "..") or not (other / "metrics.json").is_file():
             continue
         try:
             point = branch_point(other, config_yaml)
@@ -176,7 +231,7 @@ def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[s
     saved_file = run_path / "config.yaml"
     if not saved_file.is_file():
         raise ValueError(f"{key}={run_path}: no config.yaml (the run never started)")
-    saved = OmegaConf.to_container(OmegaConf.load(saved_file))
+    saved = _load_yaml(saved_file, key)
     now = OmegaConf.to_container(OmegaConf.create(config_yaml))
     if not isinstance(saved, dict):
         raise ValueError(f"{key}={run_path}: config.yaml is not a mapping")
@@ -190,26 +245,30 @@ def _check_same_config(run_path: Path, config_yaml: str, key: str, ignore: set[s
     return cast("dict[str, Any]", now)  # a YAML mapping's keys are strings
 
 
-def resume_point(run_path: Path, config_yaml: str) -> Path | None:
-    """The checkpoint a ``resume=RUN_DIR`` run continues from, or ``None`` for a run that completed no round.
+def resume_point(run_path: Path, config_yaml: str) -> tuple[Path | None, list[str]]:
+    """The checkpoint a ``resume=RUN_DIR`` run continues from, and why any later one was refused.
 
     First checks that the run is unfinished and that ``config_yaml`` (the resumed run's resolved
-    config) matches the saved ``RUN_DIR/config.yaml`` outside :data:`RESUME_MAY_CHANGE`. ``None``
-    is for a run stopped before it completed a round (it starts again from the beginning, in
-    place).
+    config) matches the saved ``RUN_DIR/config.yaml`` outside :data:`RESUME_MAY_CHANGE` (a run
+    killed before it wrote its config.yaml has nothing to match). The checkpoint is the latest
+    intact one (:meth:`~morlfed.checkpoint.Checkpointer.usable`); ``None`` is for a run that kept
+    none (stopped or killed before its first checkpoint was complete): it starts again from the
+    beginning, in place.
 
     :param run_path: the run directory to resume
     :param config_yaml: the resumed run's resolved config as YAML
-    :raises ValueError: finished run, changed configuration, or rounds done but no complete checkpoint
+    :return: the checkpoint (``None``: from the beginning) and the damaged later ones, each naming its file
+    :raises ValueError: finished run, changed configuration, or every checkpoint damaged (the message names the file)
     """
     run_path = Path(run_path)
     if (run_path / "metrics.json").exists():
         raise ValueError(f"resume={run_path}: the run already completed (metrics.json exists)")
-    _check_same_config(run_path, config_yaml, "resume", {*RESUME_MAY_CHANGE, "resume", "branch_from"})
-    latest = Checkpointer(run_path).latest()
-    if latest is None and (run_path / "rounds.csv").is_file():
+    if (run_path / "config.yaml").exists():
+        _check_same_config(run_path, config_yaml, "resume", {*RESUME_MAY_CHANGE, "resume", "branch_from"})
+    latest, refused = Checkpointer(run_path).usable()
+    if latest is None and refused:
         raise ValueError(
-            f"resume={run_path}: rounds.csv records rounds done but {run_path / CHECKPOINTS} holds no complete "
-            "checkpoint (a run killed before morlfed kept one after every round): run it again in a new directory"
+            f"resume={run_path}: its checkpoint is damaged, and no earlier one is intact: {refused[0]} "
+            "(nothing was changed; run it again in a new directory)"
         )
-    return latest
+    return latest, refused

@@ -19,6 +19,7 @@ module knows nothing about environments or datasets.
 
 from __future__ import annotations
 
+import errno
 import logging
 import secrets
 import shutil
@@ -39,22 +40,39 @@ from morlfed.checkpoint import Checkpointer, checkpoint_round
 from morlfed.config_groups import help_groups, task_class
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
-from morlfed.federation import Federation, FederationConfig, participants_for
+from morlfed.federation import Federation, FederationConfig, round_budgets
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
 from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
-from morlfed.progress import counted
+from morlfed.projection import Projection, physical_memory
 from morlfed.provenance import code_version, describe_code
-from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_command, resume_point, sibling_source
+from morlfed.resume import (
+    RESUME_OR_BRANCH,
+    branch_point,
+    record_sweep_job,
+    resume_argv,
+    resume_command,
+    resume_point,
+    sibling_source,
+)
 from morlfed.rundir import RunDirectory
-from morlfed.runstatus import StopRecord, clear_stopped, write_stopped
+from morlfed.runlock import run_dir_lock
+from morlfed.runstatus import clear_stopped
 from morlfed.settings import ConfigError, check_settings
+from morlfed.startstop import early_lock, launch_summary, record_stop, remove_new_run_dir
 from morlfed.strategy import Strategy
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tracking import Tracker, flat_scalars, tracker_class
 
 EXIT_BAD_INPUT = 2
+#: Storage failures a run reports in words, by errno (the latest checkpoint stays for ``resume=``).
+STORAGE_ERRORS = {
+    errno.ENOSPC: "the disk is full; free space, then continue the run with resume=",
+    errno.EDQUOT: "the disk quota is used up; free space, then continue the run with resume=",
+    errno.EACCES: "permission denied: the run may not write there",
+    errno.EROFS: "the file system is read-only: the run cannot write there",
+}
 log = logging.getLogger("morlfed.run")  # also when run as __main__
 
 
@@ -72,6 +90,7 @@ class Plan:
     :param tracker: the experiment tracker's class (``logger=``)
     :param tracker_options: its options (``conf/logger/<name>.yaml`` without ``_target_``)
     :param parallelism: the executor, workers and threads the run resolved (``auto`` settings)
+    :param warning: what the projection of its size warns of (:mod:`morlfed.projection`), if anything
     """
 
     task: Task
@@ -84,6 +103,7 @@ class Plan:
     tracker: type[Tracker] = Tracker
     tracker_options: dict[str, Any] = field(default_factory=dict)
     parallelism: Parallelism = field(default_factory=lambda: Parallelism("sequential", 1, 1, 1))
+    warning: str | None = None
 
     @property
     def name(self) -> str:
@@ -99,7 +119,28 @@ def build_plan(cfg: DictConfig) -> Plan:
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     n, rounds, steps = cfg.n_clients, cfg.rounds, cfg.local_steps
-    kind = task_class(cfg.task.name)
+    try:
+        kind = task_class(cfg.task.name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    fed = FederationConfig(
+        n_clients=n,
+        rounds=rounds,
+        local_steps=steps,
+        seed=cfg.seed,
+        participation=float(cfg.participation),
+        finetune=cfg.finetune,
+        save_similarity=cfg.save_similarity,
+        progress=cfg.progress,
+        eval_every=cfg.eval_every,
+        round_metrics=kind.round_metrics,
+        budget_unit=kind.budget_unit,
+    )
+    projection = Projection(rounds, round_budgets(fed).total(), kind.budget_unit, kind.budget_rate)
+    try:  # before anything is built: no budget holds up the start
+        warning = projection.check(physical_memory())
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     try:
         task = kind.from_config(cfg, n, cfg.seed)
     except (ValueError, TypeError) as exc:
@@ -137,19 +178,6 @@ def build_plan(cfg: DictConfig) -> Plan:
         Checkpointer(Path("."), cfg.checkpoint_every)  # validates checkpoint_every
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    fed = FederationConfig(
-        n_clients=n,
-        rounds=rounds,
-        local_steps=steps,
-        seed=cfg.seed,
-        participation=float(cfg.participation),
-        finetune=cfg.finetune,
-        save_similarity=cfg.save_similarity,
-        progress=cfg.progress,
-        eval_every=cfg.eval_every,
-        round_metrics=kind.round_metrics,
-        budget_unit=kind.budget_unit,
-    )
     run = RunInfo(
         choices["algo"],
         fed.finetune,
@@ -164,17 +192,9 @@ def build_plan(cfg: DictConfig) -> Plan:
         tracker = tracker_class(tracker_options.pop("_target_"), choices["logger"])
     except ImportError as exc:
         raise ConfigError(str(exc)) from exc
-    return Plan(task, fed, strategy, executor, run, faults, cfg.checkpoint_every, tracker, tracker_options, parallelism)
-
-
-def _remove_new_run_dir(path: Path) -> None:
-    """Remove the directory hydra made for this run, if it holds nothing but hydra's own files."""
-    if path.is_dir() and all(p.name in {".hydra", "run.log"} for p in path.iterdir()):
-        shutil.rmtree(path)
-        parent = path.parent
-        while parent != parent.parent and parent.is_dir() and not any(parent.iterdir()) and parent != Path.cwd():
-            parent.rmdir()
-            parent = parent.parent
+    plan = Plan(task, fed, strategy, executor, run, faults, cfg.checkpoint_every, tracker, tracker_options, parallelism)
+    plan.warning = warning
+    return plan
 
 
 def _start_tracker(plan: Plan, cfg: DictConfig, out: Path) -> Tracker:
@@ -191,7 +211,7 @@ def _start_tracker(plan: Plan, cfg: DictConfig, out: Path) -> Tracker:
         for path in set(out.iterdir()) - before if out.is_dir() else ():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        _remove_new_run_dir(out)
+        remove_new_run_dir(out)
         raise ConfigError(f"logger={HydraConfig.get().runtime.choices['logger']}: {first}") from exc
 
 
@@ -247,7 +267,11 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
     config_yaml = OmegaConf.to_yaml(cfg, resolve=True)
     try:
         if cfg.resume:
-            return resume_point(out, config_yaml), None
+            checkpoint, refused = resume_point(out, config_yaml)
+            for why in refused:  # a damaged later checkpoint: the run goes on from an earlier one
+                where = f"continuing from {checkpoint}" if checkpoint is not None else "starting from the beginning"
+                log.warning("checkpoint refused: %s; %s", why, where)  # (on the console too)
+            return checkpoint, None
         source = Path(cfg.branch_from) if cfg.branch_from else None
         if source is None and cfg.branch_siblings:
             source = sibling_source(out, config_yaml)
@@ -264,56 +288,6 @@ def _dir_key() -> str:
     return "hydra.sweep.dir" if HydraConfig.get().mode == RunMode.MULTIRUN else "hydra.run.dir"
 
 
-def launch_summary(plan: Plan, out: Path) -> list[str]:
-    """The lines the run prints within seconds of its launch.
-
-    Its directory, budget, engine, executor, threads and cores (the settings as the run resolved
-    them).
-
-    :param plan: the validated run
-    :param out: its directory
-    """
-    fed = plan.fed
-    total = sum(len(participants_for(fed, r)) for r in range(1, fed.rounds + 1)) * fed.local_steps
-    clients = counted(fed.n_clients, "client") + (
-        f" (participation {fed.participation:g})" if fed.participation < 1 else ""
-    )
-    return [
-        f"run directory {out}",
-        f"{plan.name}: {counted(fed.rounds, 'round')} x {clients} x {fed.local_steps} {fed.budget_unit} = "
-        f"{total:,} {fed.budget_unit}",
-        f"{plan.task.describe_training()}; {plan.executor.describe(fed.n_clients)}; "
-        f"torch_threads={plan.parallelism.torch_threads}; {plan.parallelism.cores} cores",
-    ]
-
-
-def _record_stop(out: Path, rounds: int, sig: signal.Signals) -> None:
-    """A signal stopped the run: mark its directory stopped, log it and print the command that continues it.
-
-    The mark is ``stopped.json`` (a stopped run never looks finished); the log is ``run.log``. A run
-    stopped before it wrote anything of its own leaves no directory; one that completed before the
-    signal could stop it is left as it is.
-
-    :param out: the run directory
-    :param rounds: the rounds configured
-    :param sig: the signal
-    """
-    if (out / "metrics.json").is_file():
-        return  # it completed before the signal could stop it
-    if not (out / "config.yaml").is_file():
-        _remove_new_run_dir(out)
-        print(f"morlfed: stopped by {sig.name} before the run started; nothing was kept", file=sys.stderr)
-        return
-    latest = Checkpointer(out).latest()
-    command = resume_command(out)
-    done = checkpoint_round(latest) if latest is not None else 0
-    record = StopRecord(sig.name, done, rounds, str(latest.relative_to(out)) if latest else None, command)
-    write_stopped(out, record)
-    kept = f"checkpoint {latest}" if latest is not None else "no round completed: it continues from the start"
-    log.info("%s (%s); continue with: %s", record.describe(), kept, command)
-    print(f"morlfed: {record.describe()} ({kept})\ncontinue with: {command}", file=sys.stderr)
-
-
 def execute(cfg: DictConfig) -> dict[str, Any]:
     """Run one federated experiment as composed, in the output directory hydra's config names; return its metrics.
 
@@ -328,21 +302,28 @@ def execute(cfg: DictConfig) -> dict[str, Any]:
         raises :class:`~morlfed.interrupt.StopNow`, a ``SystemExit``)
     """
     out = Path(HydraConfig.get().runtime.output_dir)
-    with StopSignals() as stop:
+    with StopSignals() as stop, run_dir_lock(out):  # one writer per run directory
         try:
-            check_creatable(out)
-            if not cfg.resume:  # a sweep's job folder that holds an earlier run (a hydra.run.dir is checked first)
-                check_new_run_dir(out, _dir_key(), ignore={".hydra", "run.log"})
-            plan = build_plan(cfg)
-            checkpoint, source = _start_point(cfg, out)
+            with stop.interruptible():  # a signal stops the start-up at once: nothing is written yet
+                check_creatable(out)
+                if not cfg.resume:  # a sweep's job folder that holds an earlier run (a hydra.run.dir is checked first)
+                    check_new_run_dir(out, _dir_key(), ignore={".hydra", "run.log"})
+                    if _dir_key() == "hydra.sweep.dir":
+                        record_sweep_job(out)
+                plan = build_plan(cfg)
+                checkpoint, source = _start_point(cfg, out)
         except ConfigError:
-            _remove_new_run_dir(out)
+            remove_new_run_dir(out)
+            raise
+        except (RunStopped, StopNow) as exc:
+            remove_new_run_dir(out)
+            print(f"morlfed: stopped by {exc.signal.name} while starting; no round ran", file=sys.stderr)
             raise
         try:
             stop.check()
             return _run(plan, cfg, out, checkpoint, source, stop)
         except (RunStopped, StopNow) as exc:
-            _record_stop(out, plan.fed.rounds, exc.signal)
+            record_stop(out, plan.fed.rounds, exc.signal)
             raise
 
 
@@ -350,7 +331,9 @@ def execute(cfg: DictConfig) -> dict[str, Any]:
 def main(cfg: DictConfig) -> dict | None:
     """The command line's run: :func:`execute`, with bad input as one error line and exit status 2.
 
-    A stopped run exits with the signal's status (:func:`~morlfed.interrupt.exit_status`).
+    A stopped run exits with the signal's status (:func:`~morlfed.interrupt.exit_status`); a full
+    disk, a read-only directory or a missing permission is one line too, naming the file (exit
+    status 2), and the run keeps its latest checkpoint.
     """
     try:
         return execute(cfg)
@@ -359,6 +342,11 @@ def main(cfg: DictConfig) -> dict | None:
         sys.exit(EXIT_BAD_INPUT)
     except (RunStopped, StopNow) as exc:
         sys.exit(exit_status(exc.signal))
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRORS:
+            raise
+        print(f"morlfed: error: {exc.filename}: {STORAGE_ERRORS[exc.errno]} ({exc.strerror})", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def _run(
@@ -380,11 +368,12 @@ def _run(
     for line in launch_summary(plan, out):
         log.info(line)
         print(f"morlfed: {line}", file=sys.stderr)
+    if plan.warning is not None:
+        log.warning(plan.warning)  # (on the console too)
     run_dir = RunDirectory(out)
-    if cfg.resume:  # it keeps its config.yaml and inputs, and goes on
-        clear_stopped(out)
-    else:
-        run_dir.write_text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    if not (cfg.resume and checkpoint is not None):  # a resumed run keeps its config.yaml and inputs
+        if not (out / "config.yaml").is_file():  # (one killed before its first checkpoint starts again)
+            run_dir.write_text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
         plan.task.write_inputs(run_dir, plan.run)
     if source is not None:  # the similarity matrices of the rounds the branch shares with its source
         assert checkpoint is not None, "a branch starts from a checkpoint of its source"
@@ -403,6 +392,7 @@ def _run(
         federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir, checkpointer, tracker, stop)
         if checkpoint is not None:
             federation.resume(checkpoint, in_place=source is None)
+        clear_stopped(out)  # it goes on (a resume that failed to load keeps its mark)
         outcome = federation.run()
         metrics = plan.task.write_results(run_dir, outcome, plan.run)
         checkpointer.finish()
@@ -433,14 +423,16 @@ def cli() -> None:
     try:
         sys.argv[1:] = resume_argv(sys.argv[1:])
         precheck_argv(sys.argv[1:])
+        held = early_lock(sys.argv[1:])  # before hydra writes into the run directory
     except ValueError as exc:
         print(f"morlfed: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-    try:
-        main()
-    except KeyboardInterrupt:  # Ctrl-C while starting up, before the run handles signals itself
-        print("\nmorlfed: interrupted while starting; no run was started", file=sys.stderr)
-        sys.exit(exit_status(signal.SIGINT))
+    with held:
+        try:
+            main()
+        except KeyboardInterrupt:  # Ctrl-C while starting up, before the run handles signals itself
+            print("\nmorlfed: interrupted while starting; no run was started", file=sys.stderr)
+            sys.exit(exit_status(signal.SIGINT))
 
 
 if __name__ == "__main__":

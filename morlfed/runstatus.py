@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from morlfed.rundir import atomic_write_text, to_json
+from morlfed.runlock import LOCK
 
 #: The marker of a run stopped by a signal.
 STOPPED = "stopped.json"
@@ -76,7 +77,7 @@ def clear_stopped(path: Path) -> None:
 def describe_run_dir(path: Path, ignore: Collection[str] = ()) -> str | None:
     """What the directory ``path`` holds, for a message refusing to write into it.
 
-    ``None`` when it does not exist or holds nothing but ``ignore``, else ``a finished run
+    ``None`` when it does not exist or holds nothing but ``ignore`` (and a lock file nobody holds), else ``a finished run
     (metrics.json)``, ``a run stopped by SIGTERM after 4 of 20 rounds``, ``an unfinished run ...``
     or ``files of its own (...)``.
 
@@ -84,7 +85,7 @@ def describe_run_dir(path: Path, ignore: Collection[str] = ()) -> str | None:
     :param ignore: names of entries to overlook
     """
     path = Path(path)
-    entries = sorted(p.name for p in path.iterdir() if p.name not in ignore) if path.is_dir() else []
+    entries = sorted(p.name for p in path.iterdir() if p.name not in {*ignore, LOCK}) if path.is_dir() else []
     if not entries:
         return None
     if "metrics.json" in entries:

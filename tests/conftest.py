@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import io
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from omegaconf import DictConfig
 
 from morlfed import envs
 from morlfed.envs import factory as envs_factory
+from morlfed.safestate import state_from_bytes, state_to_bytes
 
 if TYPE_CHECKING:
     from morlfed.protocol import FitTask
@@ -155,16 +155,11 @@ def assert_same_results_whatever_the_batch(
 
 
 def saved_states(engine: VectorisedClients) -> dict[int, dict[str, Any]]:
-    """Every client's :meth:`~VectorisedClients.get_state`, written by ``torch.save`` and read back.
+    """Every client's :meth:`~VectorisedClients.get_state`, written to a state file and read back, as a checkpoint does.
 
     :param engine: the engine whose clients' states are saved
     """
-    states = {}
-    for cid in engine.cids:
-        buffer = io.BytesIO()
-        torch.save(engine.get_state(cid), buffer)
-        states[cid] = torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
-    return states
+    return {cid: state_from_bytes(state_to_bytes(engine.get_state(cid))) for cid in engine.cids}
 
 
 def assert_restored_engine_fits_alike(

@@ -173,3 +173,18 @@ def test_the_api_docs_examples_run(tmp_path: Path) -> None:
     assert "\n6.0\n" in out  # the hand-computed hypervolume
     assert (tmp_path / "front.png").is_file() and (tmp_path / "learning.png").is_file()
     assert (tmp_path / "my-runs" / "top-r-0.5" / "metrics.json").is_file()
+
+
+def test_load_refuses_run_files_that_are_malformed_or_disagree(tmp_path: Path) -> None:
+    path = planted_run(tmp_path / "run", [[1, 0], [0, 1]])
+    (path / "metrics.json").write_text(json.dumps({"label": "planted", "n_clients": 2, "rounds": 2}))
+    assert ExperimentResult.load(path).metrics["rounds"] == 2
+    pd.DataFrame({"round": [1], "mean_train_reward": [0.5]}).to_csv(path / "rounds.csv", index=False)  # truncated
+    with pytest.raises(ValueError, match=r"rounds\.csv logs rounds 1-1 \(1 rows\) where metrics\.json says rounds=2"):
+        ExperimentResult.load(path)
+    (path / "metrics.json").write_text(json.dumps({"label": "planted", "n_clients": 3, "rounds": 1}))
+    with pytest.raises(ValueError, match=r"final\.csv has 2 clients where metrics\.json says n_clients=3"):
+        ExperimentResult.load(path)
+    (path / "metrics.json").write_text(json.dumps([{"label": "planted"}]))
+    with pytest.raises(ValueError, match=r"metrics\.json: not a JSON object"):
+        ExperimentResult.load(path)

@@ -205,7 +205,7 @@ def test_a_stopped_run_is_continued_and_ends_as_an_uninterrupted_one(
     stopped = tmp_path / "stopped"
     proc = subprocess.Popen(study.run_command(stopped, *key), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while not (stopped / "checkpoints" / "round_1" / "server.pt").exists():
+    while not (stopped / "checkpoints" / "round_1" / "manifest.json").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its round-1 checkpoint"
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)

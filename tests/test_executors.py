@@ -41,6 +41,7 @@ from morlfed.federation import Federation, FederationConfig
 from morlfed.params import ParamLayout
 from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
 from morlfed.rundir import RunDirectory
+from morlfed.safestate import load_state
 from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
 
@@ -313,7 +314,7 @@ def test_checkpoints_go_through_the_hosts_state(make, tmp_path):
             if round_ == 3:
                 executor.save_clients(tmp_path)
             executor.fit({cid: FitTask(params=torch.zeros(3), round=round_) for cid in range(3)})
-        assert torch.load(tmp_path / "client_1.pt") == {"fits": 2}
+        assert load_state(tmp_path / "client_1.safetensors") == {"fits": 2}
         executor.load_clients(tmp_path)  # back to two fits each
         results = executor.fit({cid: FitTask(params=torch.zeros(3), round=4) for cid in range(3)})
         assert [results[c].metrics["fits"] for c in range(3)] == [3.0, 3.0, 3.0]
@@ -347,9 +348,9 @@ def test_a_run_with_a_factory_host_on_worker_processes_is_the_sequential_run(tmp
     fits = {h: [cids for op, cids in calls if op == "fit"] for h, calls in batches(tmp_path).items()}
     assert fits == {"host_0": [[0, 2], [0, 2]], "host_1": [[1], [1]]}
     assert sorted(p.name for p in (tmp_path / "hosted" / "checkpoints" / "round_2" / "clients").iterdir()) == [
-        "client_0.pt",
-        "client_1.pt",
-        "client_2.pt",
+        "client_0.safetensors",
+        "client_1.safetensors",
+        "client_2.safetensors",
     ]
 
 

@@ -109,9 +109,11 @@ def test_command_line_narrows_an_experiments_sweep(tmp_path, morlfed_cli):
         if variant.endswith("_ft"):
             assert info["branched_from"] == str(runs[variant.removesuffix("_ft")])
         else:
-            assert "branched_from" not in info and (run / "checkpoints" / "round_1" / "server.pt").is_file()
+            assert "branched_from" not in info and (run / "checkpoints" / "round_1" / "server.safetensors").is_file()
         seen.add((config["algo"]["clustering"], config["algo"]["weighting"], config["finetune"]))
     assert len(seen) == 6
+    # the sweep's own list of its jobs: the only siblings a +FT row branches from
+    assert len((folder / "sweep_jobs.jsonl").read_text().splitlines()) == 6
     scratch = tmp_path / "scratch"
     done = morlfed_cli(
         ["+experiment=ablation", "+variant=fedpref_ft", "branch_siblings=false", *tiny, f"hydra.run.dir={scratch}"],

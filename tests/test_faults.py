@@ -33,7 +33,8 @@ def test_fault_specs_are_validated():
     raw = [{"client": 1, "round": 2, "kind": "hang"}, {"client": 0, "round": 1, "kind": float("nan")}]
     assert parse_faults(raw, 3, 2, "sequential") == [Fault(1, 2, "hang"), Fault(0, 1, "nan")]
     with pytest.raises(
-        ValueError, match=r"faults\[0\].kind must be one of raise, hang, freeze, nan, kill_worker, got 'boom'"
+        ValueError,
+        match=r"faults\[0\].kind must be one of raise, hang, freeze, nan, kill_worker, kill_saving, kill_evaluating, got 'boom'",
     ):
         parse_faults([{"client": 0, "round": 1, "kind": "boom"}], 3, 2, "process")
     with pytest.raises(ValueError, match=r"faults\[0\].client must be a client id in \[0, 2\], got 3"):

@@ -7,7 +7,6 @@ planted groups.
 from __future__ import annotations
 
 import dataclasses
-import io
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import torch
 from morlfed import envs
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult, FitTask
+from morlfed.safestate import state_from_bytes, state_to_bytes
 from morlfed.seeding import derive_seed
 from morlfed.strategies.fedfew import FedFew, stch_set_weights
 from morlfed.strategy import make_strategy
@@ -212,12 +212,10 @@ def test_malformed_results_rejected():
 
 def test_state_dict_round_trip():
     strat, _, labels = _planted_run(5, init_noise=0.01, rounds=3)
-    buffer = io.BytesIO()
-    torch.save(strat.state_dict(), buffer)
-    buffer.seek(0)
+    saved = state_to_bytes(strat.state_dict())  # as a checkpoint holds it: data only
     restored = FedFew(n_models=3)
     _setup(restored, len(labels), 12, seed=99)
-    restored.load_state_dict(torch.load(buffer, weights_only=False))
+    restored.load_state_dict(state_from_bytes(saved))
     assert torch.equal(restored.models, strat.models)
     assert [restored.choice(c) for c in range(len(labels))] == [strat.choice(c) for c in range(len(labels))]
     assert restored.rng.bit_generator.state == strat.rng.bit_generator.state

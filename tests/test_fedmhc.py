@@ -7,7 +7,6 @@ the federation loop.
 from __future__ import annotations
 
 import dataclasses
-import io
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +20,7 @@ from morlfed.executors import SequentialExecutor
 from morlfed.federation import Federation, FederationConfig
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation, FitResult, FitTask
+from morlfed.safestate import state_from_bytes, state_to_bytes
 from morlfed.strategies.fedmhc import FedMHC, cluster_heads
 from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClient
@@ -234,12 +234,10 @@ def test_state_dict_round_trip():
     strat = FedMHC(n_groups=3)
     _setup(strat, len(labels), seed=1)
     strat.aggregate(1, _planted_results(rng, labels, np.ones(len(labels))))
-    buffer = io.BytesIO()
-    torch.save(strat.state_dict(), buffer)
-    buffer.seek(0)
+    saved = state_to_bytes(strat.state_dict())  # as a checkpoint holds it: data only
     restored = FedMHC(n_groups=3)
     _setup(restored, len(labels), seed=77)
-    restored.load_state_dict(torch.load(buffer, weights_only=False))
+    restored.load_state_dict(state_from_bytes(saved))
     assert torch.equal(restored.group_models(), strat.group_models())
     assert restored.groups == strat.groups
     assert restored.rng.bit_generator.state == strat.rng.bit_generator.state

@@ -6,14 +6,13 @@ objective, S-FedPG's step control.
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
 
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitResult
+from morlfed.safestate import state_from_bytes, state_to_bytes
 from morlfed.strategies.fedpg import FedPG, drift_gammas, fair_gradient, min_norm_weights
 from morlfed.strategy import make_strategy
 
@@ -267,12 +266,10 @@ def test_state_dict_round_trip():
     _setup(strat, 4)
     strat.aggregate(1, _results(strat, grads, [1.0, 2.0, 1.5, 1.0]))
     strat.aggregate(2, _results(strat, grads[:2] * 0.5, [0.9, 1.8], cids=[0, 1]))
-    buffer = io.BytesIO()
-    torch.save(strat.state_dict(), buffer)
-    buffer.seek(0)
+    saved = state_to_bytes(strat.state_dict())  # as a checkpoint holds it: data only
     restored = FedPG(line_search=True, tau=2)
     _setup(restored, 4, seed=5)
-    restored.load_state_dict(torch.load(buffer, weights_only=False))
+    restored.load_state_dict(state_from_bytes(saved))
     for name in ("global_model", "personal", "grads", "last_round"):
         assert torch.equal(getattr(restored, name), getattr(strat, name))
     assert restored.step == strat.step

@@ -132,3 +132,22 @@ def test_bad_settings_are_the_command_lines_errors() -> None:
     done = subprocess.run([sys.executable, str(example), "evn=x"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == "error: unknown key evn (in evn=x); did you mean env?"
+
+
+@pytest.mark.parametrize(
+    ("given", "address"),
+    [(None, "127.0.0.1"), ({"init_args": {"_node_ip_address": "10.1.2.3"}}, "10.1.2.3")],
+    ids=["default", "asked-otherwise"],
+)
+def test_the_flower_simulation_keeps_ray_on_localhost_unless_asked_otherwise(
+    monkeypatch: pytest.MonkeyPatch, given: dict | None, address: str
+) -> None:
+    import flwr.simulation
+
+    from morlfed.flower import flower_apps
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kwargs: seen.update(kwargs["backend_config"]))
+    with pytest.raises(RuntimeError, match="ended before the federation finished"):  # nothing ran
+        flower_apps(overrides=TINY).run_simulation(given)
+    assert seen["init_args"]["_node_ip_address"] == address

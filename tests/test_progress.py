@@ -17,13 +17,13 @@ from test_executors import CountingClient
 
 from morlfed import envs
 from morlfed.executors import Executor, ProcessExecutor, SequentialExecutor
-from morlfed.progress import RoundProgress, StepReporter, duration
+from morlfed.progress import RoundBudgets, RoundProgress, StepReporter, duration
 from morlfed.protocol import FitResult, FitTask
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
 
 def test_a_resumed_bar_starts_at_the_rounds_done_and_moves_within_a_round(capsys):
-    with RoundProgress([300] * 20, start_round=5, unit="env steps") as progress:
+    with RoundProgress(RoundBudgets(300, 20, 300), start_round=5, unit="env steps") as progress:
         assert (progress.bar.n, progress.bar.total) == (4 * 300, 20 * 300)
         progress.advance(100)  # one client's fit of round 5
         assert progress.bar.n == 4 * 300 + 100
@@ -37,7 +37,7 @@ def test_a_resumed_bar_starts_at_the_rounds_done_and_moves_within_a_round(capsys
 
 
 def test_steps_reported_during_a_round_are_not_counted_twice():
-    with RoundProgress([1000, 1000], start_round=1, unit="env steps") as progress:
+    with RoundProgress(RoundBudgets(1000, 2, 1000), start_round=1, unit="env steps") as progress:
         progress.steps(300)  # a batch of four 250-step clients still training
         progress.steps(400)
         assert progress.bar.n == 700
@@ -77,7 +77,7 @@ def test_the_vectorised_engine_moves_the_bar_while_its_batch_trains(kind: str):
         initial, _ = executor.initial()
         tasks = {cid: FitTask(params=initial, round=1) for cid in range(clients)}
         events: list[tuple[str, int]] = []
-        with RoundProgress([clients * steps], start_round=1, unit="env steps") as bar:
+        with RoundProgress(RoundBudgets(clients * steps, 1, clients * steps), start_round=1, unit="env steps") as bar:
 
             def on_steps(n: int) -> None:
                 events.append(("steps", n))
@@ -137,3 +137,13 @@ def test_the_launch_summary_says_where_what_and_how_long(tmp_path: Path, morlfed
     assert lines[2].endswith(" cores")
     assert lines[3].startswith("morlfed: round 1/3 took ") and "estimated time of rounds 1-3: about " in lines[3]
     assert "estimated time of rounds 1-3" in (out / "run.log").read_text()
+
+
+def test_round_budgets_add_up_in_closed_form_as_a_list_of_rounds_would() -> None:
+    budgets = RoundBudgets(per_round=300, rounds=5, last=900)  # a "+FT" run's last round has every client
+    listed = [300, 300, 300, 300, 900]
+    assert [budgets.of(r) for r in range(0, 7)] == [0, *listed, 0]
+    for first in range(1, 7):
+        for last in range(0, 7):
+            assert budgets.total(first, last) == sum(listed[first - 1 : last])
+    assert budgets.total() == 2100 and RoundBudgets(3, 10**12, 3).total() == 3 * 10**12  # no loop over the rounds

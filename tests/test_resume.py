@@ -32,8 +32,9 @@ from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_byt
 from morlfed.federation import Federation, FederationConfig, FederationOutcome
 from morlfed.interrupt import RunStopped
 from morlfed.protocol import FitResult, FitTask
-from morlfed.resume import branch_point, resume_argv, sibling_source
+from morlfed.resume import branch_point, record_sweep_job, resume_argv, sibling_source
 from morlfed.rundir import RunDirectory
+from morlfed.safestate import save_state
 from morlfed.seeding import generator
 from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
@@ -139,9 +140,9 @@ def test_latest_ignores_incomplete_checkpoints(tmp_path):
     assert ckpt.latest() is None
     for name in ("round_3", "round_12", ".tmp-round_14-99"):
         (tmp_path / "checkpoints" / name).mkdir(parents=True)
-    (tmp_path / "checkpoints" / "round_3" / "server.pt").write_bytes(b"")
-    (tmp_path / "checkpoints" / ".tmp-round_14-99" / "server.pt").write_bytes(b"")
-    assert ckpt.latest() == tmp_path / "checkpoints" / "round_3"  # round_12 has no server.pt yet
+    (tmp_path / "checkpoints" / "round_3" / "manifest.json").write_bytes(b"")
+    (tmp_path / "checkpoints" / ".tmp-round_14-99" / "manifest.json").write_bytes(b"")
+    assert ckpt.latest() == tmp_path / "checkpoints" / "round_3"  # round_12 has no manifest yet
     assert [ckpt.due(r) for r in (1, 2, 3, 4)] == [False, True, False, True]
     with pytest.raises(ValueError, match="checkpoint_every must be an integer >= 0"):
         Checkpointer(tmp_path, every=-1)
@@ -153,7 +154,12 @@ class _NoClients:
     restore_dir: Path | None = None
 
     def save_clients(self, directory: Path) -> None:
-        (directory / "client_0.pt").write_bytes(b"state")
+        save_state(directory / "client_0.safetensors", {"fits": 1})
+
+
+def checkpoint(run: Path, r: int) -> None:
+    """A real checkpoint after round ``r`` in the run directory ``run`` (an empty server state, one client)."""
+    Checkpointer(run, every=1).save(r, {"round": r}, _NoClients())  # type: ignore[arg-type]
 
 
 def test_checkpoint_every_keeps_every_kth_round_and_only_those(tmp_path):
@@ -231,8 +237,7 @@ def test_branch_point_needs_the_same_config_and_a_checkpoint_before_the_last_rou
     with pytest.raises(ValueError, match=r"before the last round 3 \(none\); run it with checkpoint_every=2"):
         branch_point(tmp_path, branch)
     for r in (3, 2, 1):
-        (tmp_path / "checkpoints" / f"round_{r}").mkdir(parents=True)
-        (tmp_path / "checkpoints" / f"round_{r}" / "server.pt").write_bytes(b"")
+        checkpoint(tmp_path, r)
         if r == 3:
             with pytest.raises(ValueError, match=r"the only one is after round 3\); run it with checkpoint_every=2"):
                 branch_point(tmp_path, branch)
@@ -245,13 +250,16 @@ def test_branch_point_needs_the_same_config_and_a_checkpoint_before_the_last_rou
 def test_sibling_source_is_a_finished_run_with_the_same_config_and_an_earlier_checkpoint(tmp_path):
     config = "algo: fedavg\nrounds: 3\nfinetune: false\nseed: 1\nbranch_siblings: true\n"
 
-    def sibling(name: str, text: str = config, checkpoints: tuple[int, ...] = (2,), finished: bool = True) -> Path:
+    def sibling(
+        name: str, text: str = config, checkpoints: tuple[int, ...] = (2,), finished: bool = True, ours: bool = True
+    ) -> Path:
         run = tmp_path / name
         run.mkdir()
+        if ours:  # a job of this sweep
+            record_sweep_job(run)
         (run / "config.yaml").write_text(text)
         for r in checkpoints:
-            (run / "checkpoints" / f"round_{r}").mkdir(parents=True)
-            (run / "checkpoints" / f"round_{r}" / "server.pt").write_bytes(b"")
+            checkpoint(run, r)
         if finished:
             (run / "metrics.json").write_text("{}")
         return run
@@ -267,6 +275,8 @@ def test_sibling_source_is_a_finished_run_with_the_same_config_and_an_earlier_ch
     early = sibling("5_early", checkpoints=(1,))
     assert sibling_source(me, ft) == early
     late = sibling("6_late", config.replace("branch_siblings: true", "branch_siblings: false"))
+    assert sibling_source(me, ft) == late
+    sibling("4_planted", ours=False)  # it would come first, but this sweep did not create it
     assert sibling_source(me, ft) == late
     assert sibling_source(me, config) == late  # a plain run may branch too: only the last round differs
 
@@ -299,7 +309,7 @@ def test_branch_with_finetune_equals_the_finetune_run_from_scratch(tmp_path, mor
     assert {p.name: p.read_bytes() for p in source.iterdir() if p.is_file()} == before
 
     done = morlfed_cli([f"branch_from={fresh}", "finetune=false", f"hydra.run.dir={tmp_path / 'no'}"])
-    assert done.returncode == 2 and "needs a checkpoint from before the last round 3" in done.stderr
+    assert done.returncode == 2 and "needs an intact checkpoint from before the last round 3" in done.stderr
     assert not (tmp_path / "no").exists()
 
 
@@ -326,7 +336,7 @@ def test_sigkill_mid_run_resumes_from_last_checkpoint(whole, tmp_path):
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 300
-    while not (killed / "checkpoints" / "round_2" / "server.pt").exists():
+    while not (killed / "checkpoints" / "round_2" / "manifest.json").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its round-2 checkpoint"
         time.sleep(0.05)
     workers = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]

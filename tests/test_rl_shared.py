@@ -8,7 +8,6 @@ and a client's state carries the same keys and round-trips (deep-sea-treasure, t
 from __future__ import annotations
 
 import ast
-import io
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from morlfed import envs
 from morlfed.client import Client
 from morlfed.params import ParamLayout
 from morlfed.protocol import FitTask
+from morlfed.safestate import state_from_bytes, state_to_bytes
 from morlfed.tasks.rl.client import RLClient, RLClientFactory
 from morlfed.tasks.rl.clock import FitClock
 from morlfed.tasks.rl.factory import RLFactory
@@ -117,10 +117,8 @@ def adam_steps(slot_state: dict[str, Any]) -> int:
 
 
 def saved(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` written by ``torch.save`` and read back, as a checkpoint does."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return torch.load(io.BytesIO(buffer.getvalue()), weights_only=False)
+    """``state`` written to a state file and read back, as a checkpoint does."""
+    return state_from_bytes(state_to_bytes(state))
 
 
 @pytest.mark.parametrize("factory", FACTORIES, ids=["sb3", "vectorised"])

@@ -77,8 +77,9 @@ def test_a_sweep_into_another_sweeps_folder_is_refused_and_changes_nothing(tmp_p
     line = one_error_line(morlfed_cli([*sweep[:-2], "seed=0,1", "algo=fedavg", f"hydra.sweep.dir={tmp_path}"]))
     assert f"hydra.sweep.dir={tmp_path} already holds a sweep (multirun.yaml)" in line
     assert snapshot(tmp_path) == before  # multirun.yaml included: hydra never got to rewrite it
-    # without the sweep's record, each job still refuses a folder that holds a run
+    # without the sweep's records, each job still refuses a folder that holds a run
     (tmp_path / "multirun.yaml").unlink()
+    (tmp_path / "sweep_jobs.jsonl").unlink()
     job = tmp_path / "0_fedpref_equidistant_seed0"
     results = {n: (job / n).read_bytes() for n in ("config.yaml", "rounds.csv", "final.csv", "metrics.json")}
     line = one_error_line(morlfed_cli(sweep))

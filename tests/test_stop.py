@@ -85,7 +85,7 @@ def test_sigterm_in_a_round_stops_at_once_and_resume_gives_the_uninterrupted_run
     out = tmp_path / "run"
     proc = start(*RUN, f"hydra.run.dir={out}")
     try:
-        wait_for(out / "checkpoints" / "round_1" / "server.pt", proc)  # round 1 is done, round 2 under way
+        wait_for(out / "checkpoints" / "round_1" / "manifest.json", proc)  # round 1 is done, round 2 under way
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=10)  # within seconds, not at the end of round 2
@@ -125,7 +125,7 @@ def test_ctrl_c_twice_under_worker_processes_exits_cleanly_and_ends_the_workers(
     out = tmp_path / "run"
     proc = start(*RUN, "executor=process", "executor.workers=2", f"hydra.run.dir={out}", group=True)
     try:
-        wait_for(out / "checkpoints" / "round_1" / "server.pt", proc)
+        wait_for(out / "checkpoints" / "round_1" / "manifest.json", proc)
         workers = children(proc.pid)
         assert workers, "the process executor started no worker"
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
@@ -170,7 +170,7 @@ def test_within_the_clients_work_the_first_signal_raises_at_once():
 @pytest.mark.parametrize("every, latest, kept", [(0, 3, False), (2, 4, True), (3, 3, True), (2, 3, False)])
 def test_a_checkpoint_kept_only_for_a_stop_goes_when_the_run_completes(tmp_path, every, latest, kept):
     (tmp_path / "checkpoints" / f"round_{latest}").mkdir(parents=True)
-    (tmp_path / "checkpoints" / f"round_{latest}" / "server.pt").write_bytes(b"")
+    (tmp_path / "checkpoints" / f"round_{latest}" / "manifest.json").write_bytes(b"")
     Checkpointer(tmp_path, every).finish()
     assert (Checkpointer(tmp_path).latest() is not None) == kept
 
@@ -178,7 +178,7 @@ def test_a_checkpoint_kept_only_for_a_stop_goes_when_the_run_completes(tmp_path,
 def test_a_run_stopped_before_its_first_round_resumes_from_the_start(tmp_path):
     config = "algo: fedavg\nrounds: 3\nseed: 1\n"
     (tmp_path / "config.yaml").write_text(config)
-    assert resume_point(tmp_path, config + "resume: x\n") is None
-    (tmp_path / "rounds.csv").write_text("round\n1\n")  # rounds done, but no checkpoint: cannot continue
-    with pytest.raises(ValueError, match="holds no complete checkpoint"):
-        resume_point(tmp_path, config)
+    assert resume_point(tmp_path, config + "resume: x\n") == (None, [])
+    # killed between round 1's rounds.csv row and its checkpoint: it starts again from the beginning
+    (tmp_path / "rounds.csv").write_text("round\n1\n")
+    assert resume_point(tmp_path, config) == (None, [])

@@ -32,7 +32,7 @@ must be picklable) must provide:
   runs through ``on_steps`` (the progress bar; :class:`~morlfed.progress.StepReporter`);
 * :meth:`~ClientHost.evaluate_many`: one ``Evaluation`` per ``(cid, params, seed)`` request;
 * where client state lives: :meth:`~ClientHost.get_state` / :meth:`~ClientHost.set_state` (one
-  client's ``torch.save``-able state; ``save``/``load``/``states``/``set_states`` are built on
+  client's state, a tree of tensors, numbers, strings and lists (:mod:`morlfed.safestate`); ``save``/``load``/``states``/``set_states`` are built on
   them), or those four methods themselves.
 
 Fault injection (:mod:`morlfed.faults`) replaces per-client hosts only; an engine's host runs its
@@ -52,7 +52,6 @@ from the latest checkpoint (or rebuilt fresh when there is none); the restart is
 from __future__ import annotations
 
 import contextlib
-import io
 import signal
 import threading
 import traceback
@@ -67,6 +66,7 @@ import torch
 from morlfed.client import Client
 from morlfed.params import ParamLayout
 from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.safestate import load_state, save_state, state_from_bytes, state_to_bytes
 
 FitOutcome = FitResult | ClientFailure
 #: Takes the env steps a batch of clients took since the last call, while the batch still trains.
@@ -109,25 +109,7 @@ def state_file(directory: Path, cid: int) -> Path:
     :param directory: the checkpoint's ``clients`` directory
     :param cid: the client id
     """
-    return Path(directory) / f"client_{cid}.pt"
-
-
-def state_to_bytes(state: dict[str, Any]) -> bytes:
-    """Serialise a client state (``torch.save`` format).
-
-    :param state: a client's ``get_state()``
-    """
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getvalue()
-
-
-def state_from_bytes(data: bytes) -> dict[str, Any]:
-    """Inverse of :func:`state_to_bytes` (checkpoints are trusted files written by morlfed).
-
-    :param data: what :func:`state_to_bytes` returned
-    """
-    return torch.load(io.BytesIO(data), weights_only=False)
+    return Path(directory) / f"client_{cid}.safetensors"
 
 
 _warned_thread = False
@@ -294,20 +276,20 @@ class ClientHost:
         self.clients[cid].set_state(cid, state)
 
     def save(self, directory: Path) -> None:
-        """Write every client's state to ``directory/client_<cid>.pt``.
+        """Write every client's state to ``directory/client_<cid>.safetensors``.
 
         :param directory: a checkpoint's ``clients`` directory
         """
         for cid in self.cids:
-            torch.save(self.get_state(cid), state_file(directory, cid))
+            save_state(state_file(directory, cid), self.get_state(cid))
 
     def load(self, directory: Path) -> None:
-        """Restore every client from ``directory/client_<cid>.pt``.
+        """Restore every client from ``directory/client_<cid>.safetensors``.
 
         :param directory: a checkpoint's ``clients`` directory
         """
         for cid in self.cids:
-            self.set_state(cid, torch.load(state_file(directory, cid), weights_only=False))
+            self.set_state(cid, load_state(state_file(directory, cid)))
 
     def states(self) -> dict[int, bytes]:
         """Every client's serialised state."""
@@ -400,14 +382,14 @@ class Executor(ABC):
 
     @abstractmethod
     def save_clients(self, directory: Path) -> None:
-        """Write every client's state to ``directory/client_<cid>.pt``.
+        """Write every client's state to ``directory/client_<cid>.safetensors``.
 
         :param directory: a checkpoint's ``clients`` directory
         """
 
     @abstractmethod
     def load_clients(self, directory: Path) -> None:
-        """Restore every client from ``directory/client_<cid>.pt``.
+        """Restore every client from ``directory/client_<cid>.safetensors``.
 
         The executor also remembers ``directory`` as the restore point for restarted workers.
 

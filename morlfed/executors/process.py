@@ -215,21 +215,36 @@ class ProcessExecutor(_RemoteExecutor):
         return arrived, dead
 
     def _call(self, command: str, payloads: Mapping[int, Any]) -> dict[int, Any]:
-        """Send a command to some workers and collect their single answers."""
+        """Send a command to some workers and collect their single answers.
+
+        A worker that has died, or dies before it answers, is restarted (its clients restored from
+        the latest checkpoint, as in training) and asked once more; the restart is an event
+        (:meth:`take_events`).
+        """
         self.busy = True
         for g, payload in payloads.items():
-            _send(self.conns[g], (command, payload))
-        answers = {}
-        for g in payloads:
-            try:
-                kind, payload = _recv(self.conns[g])
-            except (EOFError, OSError) as exc:
-                raise RuntimeError(f"worker {g} died during {command} (exit code {self.procs[g].exitcode})") from exc
-            if kind == "error":
-                raise RuntimeError(f"worker {g} failed during {command}:\n{payload}")
-            answers[g] = payload
+            with contextlib.suppress(OSError):  # died while idle: its answer below restarts it
+                _send(self.conns[g], (command, payload))
+        answers = {g: self._answer(g, command, payload) for g, payload in payloads.items()}
         self.busy = False
         return answers
+
+    def _answer(self, g: int, command: str, payload: Any, retry: bool = True) -> Any:
+        """Worker ``g``'s answer to ``command``; a dead worker is restarted and asked again (once)."""
+        try:
+            kind, answer = _recv(self.conns[g])
+        except (EOFError, OSError) as exc:
+            self.procs[g].join()
+            died = f"worker {g} died during {command} (exit code {self.procs[g].exitcode})"
+            if not retry:
+                raise RuntimeError(f"{died}, after a restart") from exc
+            self._restart(g)
+            self._events[-1] = f"{died}; {self._events[-1]}; {command} retried"
+            _send(self.conns[g], (command, payload))
+            return self._answer(g, command, payload, retry=False)
+        if kind == "error":
+            raise RuntimeError(f"worker {g} failed during {command}:\n{answer}")
+        return answer
 
     def evaluate(self, models: Mapping[int, torch.Tensor | None], seeds: Mapping[int, int]) -> dict[int, Evaluation]:
         """Send each worker the requests of its own clients and merge the answers, in the order of ``models``.
@@ -237,7 +252,7 @@ class ProcessExecutor(_RemoteExecutor):
         A worker that owns none of the requested clients is not asked. There is no deadline: it waits
         for every answer.
 
-        :raises RuntimeError: a worker died or failed during the evaluation
+        :raises RuntimeError: a worker failed during the evaluation, or died again after a restart
         """
         per_host = {
             g: [(c, models[c], seeds[c]) for c in cids if c in models] for g, cids in enumerate(self.assignment)
@@ -249,7 +264,7 @@ class ProcessExecutor(_RemoteExecutor):
     def save_clients(self, directory: Path) -> None:
         """Have every worker write its clients' states into ``directory`` and wait until all are done.
 
-        :raises RuntimeError: a worker died or failed while saving
+        :raises RuntimeError: a worker failed while saving, or died again after a restart
         """
         self._call("save", dict.fromkeys(range(len(self.assignment)), str(directory)))
 
@@ -258,7 +273,7 @@ class ProcessExecutor(_RemoteExecutor):
 
         A worker restarted later restores its clients from there.
 
-        :raises RuntimeError: a worker died or failed while loading
+        :raises RuntimeError: a worker failed while loading, or died again after a restart
         """
         self._call("load", dict.fromkeys(range(len(self.assignment)), str(directory)))
         self.restore_dir = Path(directory)

@@ -15,7 +15,7 @@ an optional extra (``pip install -e .[ray]``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -237,20 +237,39 @@ class RayExecutor(_RemoteExecutor):
         clients' models from it. There is no deadline: it waits for every actor.
         """
         shared = self.ray.put(_pack(dict(models)))
-        calls = [
-            self.actors[g].evaluate_shared.remote([c for c in cids if c in models], shared, dict(seeds))
-            for g, cids in enumerate(self.assignment)
-        ]
-        merged = {cid: ev for part in self.ray.get(calls) for cid, ev in part.items()}
+        parts = self._each(
+            "evaluate",
+            lambda g: self.actors[g].evaluate_shared.remote(
+                [c for c in self.assignment[g] if c in models], shared, dict(seeds)
+            ),
+        )
+        merged = {cid: ev for part in parts for cid, ev in part.items()}
         return {cid: merged[cid] for cid in models}
 
+    def _each(self, command: str, call: Callable[[int], Any]) -> list[Any]:
+        """Every actor's answer to ``call(g)`` (a remote call on actor ``g``), in actor order.
+
+        An actor that dies before it answers is restarted (its clients restored from the latest
+        checkpoint, as in training) and called once more; the restart is an event (:meth:`take_events`).
+        """
+        refs = [call(g) for g in range(len(self.actors))]
+        answers = []
+        for g, ref in enumerate(refs):
+            try:
+                answers.append(self.ray.get(ref))
+            except self.ray.exceptions.RayActorError:
+                self._restart(g)
+                self._events[-1] = f"actor {g} died during {command}; {self._events[-1]}; {command} retried"
+                answers.append(self.ray.get(call(g)))
+        return answers
+
     def save_clients(self, directory: Path) -> None:
-        """Fetch every actor's serialised client states and write them to ``directory/client_<cid>.pt``.
+        """Fetch every actor's serialised client states and write them to ``directory/client_<cid>.safetensors``.
 
         The files are written by this (the driver) process, so ``directory`` need not be visible
         to the actors.
         """
-        for part in self.ray.get([a.states.remote() for a in self.actors]):
+        for part in self._each("save", lambda g: self.actors[g].states.remote()):
             for cid, data in part.items():
                 state_file(directory, cid).write_bytes(data)
 
@@ -260,11 +279,12 @@ class RayExecutor(_RemoteExecutor):
         The files are read by this (the driver) process, and ``directory`` becomes ``restore_dir``,
         from which a restarted actor's clients are restored.
         """
-        calls = [
-            a.set_states.remote({cid: state_file(directory, cid).read_bytes() for cid in cids})
-            for a, cids in zip(self.actors, self.assignment)
-        ]
-        self.ray.get(calls)
+        self._each(
+            "load",
+            lambda g: self.actors[g].set_states.remote(
+                {cid: state_file(directory, cid).read_bytes() for cid in self.assignment[g]}
+            ),
+        )
         self.restore_dir = Path(directory)
 
     def close(self) -> None:

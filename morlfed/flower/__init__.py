@@ -14,6 +14,7 @@ The Flower path and morlfed's own executors give the same final models for the s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,12 +69,22 @@ class FlowerApps:
     def run_simulation(self, backend_config: dict[str, Any] | None = None) -> FlowerApps:
         """Run the federation on Flower's simulation engine (Ray), one CPU per node by default.
 
+        The Ray instance it starts listens on 127.0.0.1 only, as ``executor=ray``'s does, unless
+        ``backend_config["init_args"]`` says otherwise (``_node_ip_address``, or ``address`` to join
+        a cluster): Ray's servers have no authentication. Usage statistics are off unless
+        ``RAY_USAGE_STATS_ENABLED`` says otherwise.
+
         :param backend_config: Flower's simulation backend settings (default: ``client_resources``
-            of one CPU and no GPU)
+            of one CPU and no GPU); its ``init_args`` go to ``ray.init``
         """
         from flwr.simulation import run_simulation
 
-        config = backend_config or {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}}
+        config = dict(backend_config or {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+        init_args = dict(config.get("init_args") or {})
+        if "address" not in init_args:
+            init_args.setdefault("_node_ip_address", "127.0.0.1")
+        config["init_args"] = init_args
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         run_simulation(
             server_app=self.server_app,
             client_app=self.client_app,

@@ -87,6 +87,8 @@ class Task(ABC):
     :cvar round_metrics: client training metrics whose round mean goes to ``rounds.csv``
     :cvar budget_unit: what ``local_steps`` counts (``env steps``, ``epochs``), as the progress
         bar and the launch summary name it
+    :cvar budget_rate: budget units a second that no run of the task beats, well above every
+        measured run: the projection of a run's least time (:mod:`morlfed.projection`)
     """
 
     name: ClassVar[str]
@@ -94,6 +96,7 @@ class Task(ABC):
     open_nodes: ClassVar[tuple[str, ...]] = ()
     round_metrics: ClassVar[tuple[str, ...]] = ()
     budget_unit: ClassVar[str] = "steps"
+    budget_rate: ClassVar[float] = 1e6
 
     @classmethod
     @abstractmethod

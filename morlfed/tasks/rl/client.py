@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from morlfed.envs import EnvSpec, make_eval_env, make_train_env
 from morlfed.params import ParamLayout
 from morlfed.protocol import Evaluation
 from morlfed.proximal import install_proximal
+from morlfed.safestate import plain_attributes
 from morlfed.seeding import derive_seed
 from morlfed.tasks.rl.agent import build_agent, layout_of
 from morlfed.tasks.rl.clock import BudgetExplorationSchedule, EpsilonDecay, FitClock
@@ -215,10 +217,10 @@ class RLClient(RLFitReport, Client):
         )
 
     def get_state(self, cid: int) -> dict[str, Any]:
-        """Everything the client carries from one round to the next, as a copy that ``torch.save`` can write.
+        """Everything the client carries from one round to the next, as a copy that a state file can hold.
 
         The copy is independent of the client. It holds the agent's networks and active optimiser
-        state(s) (``get_parameters``), its replay buffer, its scalar attributes (``num_timesteps``,
+        state(s) (``get_parameters``), its replay buffer's arrays and position, its scalar attributes (``num_timesteps``,
         ``_n_calls``, ``_n_updates``, ``_episode_num``, ``exploration_rate``, ...), its episode-info
         buffers, the training Monitor's episode records, and the client's own ``_episodes_seen``,
         optimiser slots, personal model and exploration clock. RNG states are not part of it:
@@ -231,9 +233,11 @@ class RLClient(RLFitReport, Client):
         learner = copy.deepcopy(
             {
                 "agent": agent.get_parameters(),
-                "replay_buffer": agent.replay_buffer,
+                "replay_buffer": plain_attributes(agent.replay_buffer),
                 "attributes": {k: v for k, v in vars(agent).items() if isinstance(v, (bool, int, float, np.number))},
-                "episode_info": (agent.ep_info_buffer, agent.ep_success_buffer),
+                "episode_info": [
+                    None if b is None else list(b) for b in (agent.ep_info_buffer, agent.ep_success_buffer)
+                ],
             }
         )
         offset = self._schedule.offset if self._schedule is not None else 0
@@ -256,10 +260,14 @@ class RLClient(RLFitReport, Client):
         self._check_cid(cid)
         agent = self.agent
         agent.set_parameters(state["agent"], exact_match=True, device=self.agent.device)
-        agent.replay_buffer = state["replay_buffer"]
+        for name, value in state["replay_buffer"].items():  # its arrays, position and sizes
+            setattr(agent.replay_buffer, name, value)
         for name, value in state["attributes"].items():
             setattr(agent, name, value)
-        agent.ep_info_buffer, agent.ep_success_buffer = state["episode_info"]
+        window = agent._stats_window_size
+        agent.ep_info_buffer, agent.ep_success_buffer = (
+            None if b is None else deque(b, maxlen=window) for b in state["episode_info"]
+        )
         carried = CarriedState.of(state)
         carried.restore_monitor(self.train_env)
         self._episodes_seen = carried.episodes_seen

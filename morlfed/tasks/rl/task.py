@@ -73,6 +73,7 @@ class RLTask(Task):
     heterogeneity = "dist"
     open_nodes = ("env.agent_kwargs", "env.env_kwargs")
     budget_unit = "env steps"
+    budget_rate = 1e6  # env steps a second: far above any measured engine (docs/engines.md: 2 843 on a GPU)
 
     def __init__(
         self,

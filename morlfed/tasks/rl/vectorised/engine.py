@@ -243,7 +243,7 @@ class VectorisedClients(RLFitReport, Client):
     def get_state(self, cid: int) -> dict[str, Any]:
         """Everything client ``cid`` carries from one round to the next (see the class docstring).
 
-        It is an independent CPU copy that ``torch.save`` can write. RNG states are not part of it:
+        It is an independent CPU copy made of data only (:mod:`morlfed.safestate`). RNG states are not part of it:
         every training reseeds from (seed, client, round).
         """
         i, c = self.index[cid], self.counters
