@@ -31,9 +31,11 @@ from hydra.core.utils import run_job
 from hydra.types import HydraContext
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.analysis.campaign import reference_fronts, returns_gamma
 from morlfed.analysis.charts import learning_curves_figure
+from morlfed.analysis.policies import Rollout, contact_sheet, rl_run, rollout, sb3_model
 from morlfed.analysis.runs import Run, load_run
 from morlfed.figures import front_figure, non_dominated_mask
 from morlfed.overrides import compose_api, parse, precheck_argv
@@ -115,6 +117,38 @@ class ExperimentResult:
             title,
             f"{reference.source} front",
         )
+
+    def policy(self, cid: int) -> OffPolicyAlgorithm:
+        """Client ``cid``'s deployed policy as a stable-baselines3 model (DQN or DDPG, as the env spec trains).
+
+        It holds the model the client deploys (``RUN_DIR/models/``), whichever engine trained it:
+        ``predict``, ``save`` and SB3's own ``load`` work on it (:func:`morlfed.analysis.policies.sb3_model`).
+
+        :param cid: the client
+        :raises KeyError: the run has no client ``cid``
+        """
+        return sb3_model(rl_run(self.run_dir), cid)
+
+    def policies(self) -> dict[int, OffPolicyAlgorithm]:
+        """Every client's deployed policy (:meth:`policy`), by client id."""
+        run = rl_run(self.run_dir)
+        return {cid: sb3_model(run, cid) for cid in range(len(run.weights))}
+
+    def rollout(self, cid: int, episodes: int | None = None, video_dir: str | Path | None = None) -> Rollout:
+        """Run client ``cid``'s deployed policy greedily, seeded as the final evaluation (:func:`~morlfed.analysis.policies.rollout`).
+
+        :param cid: the client
+        :param episodes: how many episodes (default: the spec's ``eval_episodes``: those of ``final.csv``)
+        :param video_dir: record each episode there (gymnasium's ``RecordVideo``; the ``video`` extra)
+        """
+        return rollout(rl_run(self.run_dir), cid, episodes, video_dir)
+
+    def contact_sheet(self, frames: int = 6) -> Figure:
+        """Frames of every client's deployed policy in one figure (:func:`~morlfed.analysis.policies.contact_sheet`).
+
+        :param frames: frames per client
+        """
+        return contact_sheet(rl_run(self.run_dir), frames)
 
     def plot_learning(self, column: str = "mean_train_reward") -> Figure:
         """One of ``rounds.csv``'s columns over the rounds (default: the mean scalarised training reward).

@@ -7,7 +7,9 @@ A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
   ``clusters.jsonl`` up to round r, and the run's loop seconds until then;
 * ``clients/client_<cid>.pt``: every client's ``get_state()`` (for an RL client: SB3 networks and
   optimiser(s), replay buffer, step/update counters, exploration rate, episode records), written
-  by the process that owns the client.
+  by the process that owns the client;
+* ``models/``: every client's deployed model after round r, in the run's ``models/`` format
+  (:mod:`morlfed.deployment`), for those who want the models rather than the run's state.
 
 It is assembled in a hidden temporary directory and renamed into place, so a reader (or a resume
 after a crash, even SIGKILL in the middle of writing) only ever sees complete checkpoints; older
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from morlfed.deployment import MODELS, Deployment
 from morlfed.executors import Executor
 
 CHECKPOINTS = "checkpoints"
@@ -67,7 +70,9 @@ class Checkpointer:
         """
         return (self.every > 0 and round % self.every == 0) or round in self.also
 
-    def save(self, round: int, server_state: dict[str, Any], executor: Executor) -> Path:
+    def save(
+        self, round: int, server_state: dict[str, Any], executor: Executor, deployment: Deployment | None = None
+    ) -> Path:
         """Write the checkpoint after ``round`` atomically and make it the executor's restore point.
 
         Every earlier checkpoint that is not one to keep (:meth:`due`), and any leftover temporary
@@ -76,6 +81,7 @@ class Checkpointer:
         :param round: the round just completed
         :param server_state: what ``server.pt`` holds (see the module docstring)
         :param executor: the executor whose clients are saved
+        :param deployment: the clients' deployed models after ``round``, written to ``models/`` (``None``: none)
         :return: the checkpoint's directory
         """
         self.root.mkdir(parents=True, exist_ok=True)
@@ -85,6 +91,8 @@ class Checkpointer:
         try:
             executor.save_clients(tmp / "clients")
             torch.save(server_state, tmp / "server.pt")
+            if deployment is not None:
+                deployment.write(tmp / MODELS)
             _fsync_tree(tmp)
             final = self.root / f"round_{round}"
             if final.exists():  # left by an earlier attempt at the same round

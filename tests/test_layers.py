@@ -43,7 +43,14 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (
         1,
         "machinery",
-        ("morlfed.executors", "morlfed.client", "morlfed.faults", "morlfed.checkpoint", "morlfed.tracking"),
+        (
+            "morlfed.executors",
+            "morlfed.client",
+            "morlfed.faults",
+            "morlfed.checkpoint",
+            "morlfed.deployment",
+            "morlfed.tracking",
+        ),
     ),
     (1, "environments", ("morlfed.envs",)),
     (2, "federation", ("morlfed.federation",)),
