@@ -41,11 +41,11 @@ from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, participants_for
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
-from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv
+from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv, searchpath_argv
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
 from morlfed.progress import counted
-from morlfed.provenance import code_version, describe_code
+from morlfed.provenance import code_version, describe_code, package_version
 from morlfed.resume import RESUME_OR_BRANCH, branch_point, resume_argv, resume_command, resume_point, sibling_source
 from morlfed.rundir import RunDirectory
 from morlfed.runstatus import StopRecord, clear_stopped, write_stopped
@@ -346,7 +346,8 @@ def execute(cfg: DictConfig) -> dict[str, Any]:
             raise
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+# an absolute path: the installed ``morlfed`` script runs this module by name, not as a file
+@hydra.main(config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict | None:
     """The command line's run: :func:`execute`, with bad input as one error line and exit status 2.
 
@@ -429,9 +430,11 @@ OmegaConf.register_new_resolver("morlfed_id", lambda: secrets.token_hex(3), use_
 
 
 def cli() -> None:
-    """Entry point: one-line checks of the command line, then the hydra app."""
+    """Entry point (``morlfed``, ``python -m morlfed.run``): ``--version`` (morlfed's), the checks, the hydra app."""
+    if sys.argv[1:] in (["--version"], ["-V"]):
+        sys.exit(print(f"morlfed {package_version()}"))  # exit status 0
     try:
-        sys.argv[1:] = resume_argv(sys.argv[1:])
+        sys.argv[1:] = searchpath_argv(resume_argv(sys.argv[1:]))
         precheck_argv(sys.argv[1:])
     except ValueError as exc:
         print(f"morlfed: error: {exc}", file=sys.stderr)
