@@ -5,14 +5,14 @@ For each round: choose the participants (seeded), ``strategy.configure`` -> the 
 -> ``rounds.csv`` / ``clusters.jsonl``. With ``finetune`` (the "+FT" variant) the last round
 includes every client and is not aggregated: each client deploys the model it just trained.
 At the end every client's deployed model is evaluated and written to ``models/``
-(:mod:`morlfed.deployment`); with ``eval_every=k`` also after every k-th
-round, into ``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the
-last round's value is the final evaluation's). With a checkpointer, a checkpoint is written after
-every round but the last (and after the last when ``checkpoint_every`` asks for it), so that a
-stop loses at most the round in progress: Ctrl-C or SIGTERM abandon the round at once and the run
-ends with :class:`~morlfed.interrupt.RunStopped` (:mod:`morlfed.checkpoint`,
-:mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from the latest. The progress bar
-(:mod:`morlfed.progress`) counts the budget and advances with each client's fit.
+(:mod:`morlfed.deployment`); with ``eval_every=k`` also evaluated after every k-th round, into
+``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the last
+round's value is the final evaluation's) and, client by client, ``evaluations.csv``. With a
+checkpointer, a checkpoint is written after every round but the last (and after the last when
+``checkpoint_every`` asks for it), so that a stop loses at most the round in progress: Ctrl-C or
+SIGTERM abandon the round at once and the run ends with :class:`~morlfed.interrupt.RunStopped`
+(:mod:`morlfed.checkpoint`, :mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from
+the latest. The progress bar (:mod:`morlfed.progress`) counts the budget and advances with each client's fit.
 """
 
 from __future__ import annotations
@@ -241,10 +241,8 @@ class Federation:
             self.run_dir.write_text("clusters.jsonl", clusters)
 
     def _checkpoint(self, rnd: int, finetuned: dict[int, torch.Tensor]) -> Path:
-        logs = {
-            name: read_log(self.run_dir.path / name) if self.run_dir else ""
-            for name in ("rounds.csv", "clusters.jsonl")
-        }
+        names = ("rounds.csv", "clusters.jsonl")
+        logs = {name: read_log(self.run_dir.path / name) if self.run_dir else "" for name in names}
         state = {
             "round": rnd,
             "strategy": self.strategy.state_dict(),
@@ -282,6 +280,7 @@ class Federation:
             log.info("round %d/%d: deployed models' mean scalarised evaluation %.4g", cfg.rounds, cfg.rounds, final)
             if self.run_dir is not None:
                 self.run_dir.update_last_round({"mean_eval_scalarised": final})
+                self.run_dir.log_evaluations(cfg.rounds, evaluations)
             if self.tracker is not None:
                 self.tracker.log_round(cfg.rounds, {"eval/mean_scalarised": final})
         deployment = self._deployment(cfg.rounds)
@@ -335,7 +334,7 @@ class Federation:
         curve = None
         if eval_due(cfg, rnd) and rnd < cfg.rounds:
             with self.stop.interruptible():
-                curve = self._evaluate_deployed()
+                curve = self._evaluate_deployed(rnd)
         self._log(
             rnd, len(tasks), ok, failed, reward, time.perf_counter() - t0, aggregated=not last_ft, evaluated=curve
         )
@@ -370,10 +369,13 @@ class Federation:
         weights = deployed_weights(self.deployed_models(), self.executor, self._initial)
         return Deployment.of(rnd, self.strategy.layout, weights, ids, note)
 
-    def _evaluate_deployed(self) -> float:
-        """The clients' mean scalarised evaluation of the models they deploy after this round."""
+    def _evaluate_deployed(self, rnd: int) -> float:
+        """The clients' mean scalarised evaluation of the models they deploy after round ``rnd`` (``evaluations.csv``)."""
         deployed = deployed_models(self.strategy, self.cfg.n_clients, {})
-        return mean_scalarised(self.executor.evaluate(deployed, eval_seeds(self.cfg)))
+        evaluations = self.executor.evaluate(deployed, eval_seeds(self.cfg))
+        if self.run_dir is not None:
+            self.run_dir.log_evaluations(rnd, evaluations)
+        return mean_scalarised(evaluations)
 
     def _log(
         self,

@@ -22,8 +22,8 @@ from morlfed.federation import (
     deployed_models,
     eval_due,
     eval_seeds,
+    mean_metric,
     mean_scalarised,
-    mean_train_reward,
     participants_for,
     split_results,
 )
@@ -127,7 +127,7 @@ class FlowerStrategy(FlwrStrategy):
         else:
             self.strategy.aggregate(server_round, ok)
         figures: dict[str, int | float] = {
-            "mean_train_reward": mean_train_reward(ok),
+            "mean_train_reward": mean_metric(ok, "train_reward"),
             "aggregated": len(ok),
             "failed": len(failed),
         }
