@@ -179,7 +179,9 @@ def deployed_hypervolume(run: Run | PartialRun) -> pd.Series:
     if not path.is_file():
         return pd.Series(dtype=float)
     table = pd.read_csv(path)
-    columns = sorted((c for c in table.columns if c.startswith("discounted_return_")), key=lambda c: int(c.rsplit("_", 1)[1]))
+    columns = sorted(
+        (c for c in table.columns if c.startswith("discounted_return_")), key=lambda c: int(c.rsplit("_", 1)[1])
+    )
     ref = np.asarray(run.config["env"]["ref_point"], dtype=float)
     with warnings.catch_warnings():  # a point below the reference adds nothing: the curve shows it
         warnings.simplefilter("ignore", ReferencePointWarning)

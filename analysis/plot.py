@@ -41,6 +41,7 @@ from morlfed.analysis.curves import CURVE_AXES
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
 from morlfed.commands import python
+from morlfed.console import one_line_warnings
 from morlfed.figures import FORMATS
 from morlfed.progress import counted
 
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
+    one_line_warnings(PROG)  # Python's warnings as one line each, no source
     parser = _parser()
     args = parser.parse_args(argv)
     out = default_out(parser, args.runs, args.out)

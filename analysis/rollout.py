@@ -18,6 +18,7 @@ from pathlib import Path
 from morlfed.analysis.policies import contact_sheet, read_deployment, rl_run, rollout
 from morlfed.analysis.run_files import RunDirError
 from morlfed.commands import python
+from morlfed.console import one_line_warnings
 
 PROG = "analysis.rollout"
 
@@ -43,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
+    one_line_warnings(PROG)  # Python's warnings as one line each, no source
     parser = _parser()
     args = parser.parse_args(argv)
     if args.episodes is not None and args.episodes < 1:

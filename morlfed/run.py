@@ -37,6 +37,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from morlfed.checkpoint import Checkpointer, checkpoint_round
 from morlfed.config_groups import help_groups, task_class
+from morlfed.console import one_line_warnings
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, participants_for
@@ -112,14 +113,8 @@ def build_plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"algo={choices['algo']}: {cause}") from exc
     options = {k: v for k, v in cfg.executor.items() if k != "name"}
     try:
-        parallelism = resolve_parallelism(
-            cfg.executor.name,
-            options.get("workers"),
-            cfg.torch_threads,
-            n,
-            n * rounds * steps,
-            gpu_batched=task.gpu_batched,
-        )
+        asked = (cfg.executor.name, options.get("workers"), cfg.torch_threads, n, n * rounds * steps)  # budget last
+        parallelism = resolve_parallelism(*asked, gpu_batched=task.gpu_batched)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if cfg.executor.name == "auto":  # auto carries the process executor's options
@@ -432,7 +427,9 @@ OmegaConf.register_new_resolver("morlfed_id", lambda: secrets.token_hex(3), use_
 def cli() -> None:
     """Entry point (``morlfed``, ``python -m morlfed.run``): ``--version`` (morlfed's), the checks, the hydra app."""
     if sys.argv[1:] in (["--version"], ["-V"]):
-        sys.exit(print(f"morlfed {package_version()}"))  # exit status 0
+        print(f"morlfed {package_version()}")
+        sys.exit(0)
+    one_line_warnings()
     try:
         sys.argv[1:] = searchpath_argv(resume_argv(sys.argv[1:]))
         precheck_argv(sys.argv[1:])

@@ -37,6 +37,7 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
             "morlfed.parallelism",
             "morlfed.progress",
             "morlfed.interrupt",
+            "morlfed.console",
         ),
     ),
     (1, "strategies", ("morlfed.strategy", "morlfed.strategies", "morlfed.baselines")),
