@@ -350,8 +350,10 @@ def cluster_evolution_figure(
     if entries is None:
         preference_colorbar(fig, np.array([ax]), names[0])
     else:
-        where = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 7, "title_fontsize": 7}
-        ax.legend(handles=entries, title=f"weights ({', '.join(names)})", **where)
+        title = f"weights ({', '.join(names)})"
+        ax.legend(
+            handles=entries, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title_fontsize=7
+        )
     if title:
         fig.suptitle(title)
     return fig

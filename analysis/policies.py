@@ -232,6 +232,6 @@ def _eval_env(run: Run, cid: int, render: bool) -> gym.Env:
 
 def _require_moviepy() -> None:
     try:
-        import moviepy  # noqa: F401
+        import moviepy  # type: ignore[import-untyped]  # noqa: F401
     except ImportError as exc:
         raise ImportError(f"a video needs moviepy: {pip_install('morlfed[video]')}") from exc

@@ -54,6 +54,7 @@ LOG_FILES: tuple[str, ...] = (
     "rounds.csv",
     "clusters.jsonl",
     "final.csv",
+    "evaluations.csv",
     "metrics.json",
     "run.log",
 )

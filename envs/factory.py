@@ -203,6 +203,8 @@ def check_env_kwargs(spec: EnvSpec) -> None:
         return
     entry = gym.spec(spec.gym_id).entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    if creator is None:
+        return
     params = inspect.signature(creator).parameters.values()
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return

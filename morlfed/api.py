@@ -163,6 +163,7 @@ class ExperimentResult:
         if column not in [*self.rounds.columns, "hypervolume"]:
             raise ValueError(f"rounds.csv has no column {column!r}; it has {', '.join(self.rounds.columns)}")
         run = load_run(self.run_dir)
+        assert isinstance(run, Run), "a run with learning curves is an RL run"  # vision: no curves to plot
         curves = learning_curves([run], [run.label], column)
         ylabel = CURVES[column][1] if column in CURVES else column
         return learning_curves_figure(curves, title=run_title(run, run.label), ylabel=ylabel, x=x)

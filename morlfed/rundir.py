@@ -125,12 +125,9 @@ class RunDirectory:
         :param evaluations: each client's evaluation
         """
         path = self.path / "evaluations.csv"
-        kept = (
-            [r for r in csv.DictReader(io.StringIO(path.read_text())) if int(r["round"]) < round]
-            if path.is_file()
-            else []
-        )
-        new = [
+        earlier = csv.DictReader(io.StringIO(path.read_text())) if path.is_file() else []
+        kept: list[dict[str, Any]] = [dict(r) for r in earlier if int(r["round"]) < round]
+        new: list[dict[str, Any]] = [
             {
                 "round": round,
                 "client": cid,

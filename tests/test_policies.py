@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,7 +24,7 @@ from morlfed.analysis.run_files import RunDirError
 from morlfed.deployment import MAP_FILE, Deployment
 from morlfed.params import ParamLayout
 
-TINY = {"n_clients": 4, "rounds": 2, "progress": False}
+TINY: dict[str, Any] = {"n_clients": 4, "rounds": 2, "progress": False}
 #: every cell of deep-sea-treasure's 11 x 11 grid, as the env observes it
 GRID = np.array([[r, c] for r in range(11) for c in range(11)], dtype=np.float32)
 
@@ -32,7 +33,7 @@ GRID = np.array([[r, c] for r in range(11) for c in range(11)], dtype=np.float32
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Three DST runs: own models (local, vectorised), personal ones (FedMHC, vectorised), one shared (FedAvg, SB3)."""
     root = tmp_path_factory.mktemp("policies")
-    made = {
+    made: dict[str, dict[str, Any]] = {
         "local": dict(algo="local", local_steps=2000, checkpoint_every=1),
         "fedmhc": dict(algo="fedmhc", local_steps=1000),
         "fedavg": dict(algo="fedavg", local_steps=500, engine="sb3"),
@@ -61,8 +62,9 @@ def test_the_policy_is_an_sb3_model_that_saves_and_loads(runs: dict[str, Path], 
     model = result.policy(1)
     assert isinstance(model, DQN) and model.observation_space.shape == (2,)
     deployed = Deployment.read(runs["local"] / "models").named(1)
-    assert torch.equal(model.policy.q_net.q_net[0].weight.detach(), deployed["q_net.q_net.0.weight"])
-    assert torch.equal(model.policy.q_net_target.q_net[4].bias.detach(), deployed["q_net.q_net.4.bias"])
+    online, target = dict(model.policy.q_net.named_parameters()), dict(model.policy.q_net_target.named_parameters())
+    assert torch.equal(online["q_net.0.weight"].detach(), deployed["q_net.q_net.0.weight"])
+    assert torch.equal(target["q_net.4.bias"].detach(), deployed["q_net.q_net.4.bias"])
     model.save(tmp_path / "client_1.zip")
     loaded = DQN.load(tmp_path / "client_1.zip")
     assert np.array_equal(model.predict(GRID, deterministic=True)[0], loaded.predict(GRID, deterministic=True)[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,7 +22,7 @@ from morlfed import envs
 from morlfed.envs import spec as spec_module
 from morlfed.settings import ConfigError
 
-TINY = {"n_clients": 2, "rounds": 1, "local_steps": 100, "progress": False}
+TINY: dict[str, Any] = {"n_clients": 2, "rounds": 1, "local_steps": 100, "progress": False}
 DST = envs.ENV_CONF_DIR / "deep-sea-treasure.yaml"
 
 

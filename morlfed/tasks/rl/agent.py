@@ -57,11 +57,11 @@ def check_sb3_kwargs(spec: EnvSpec) -> None:
     """
     algorithm = AGENTS[spec.agent]
     kwargs = spec.sb3_kwargs
-    own = ("self", "policy", "env", "seed", "device")  # what build_agent passes itself
-    _refuse(kwargs, algorithm.__init__, own, f"stable_baselines3.{algorithm.__name__}", "agent_kwargs")
+    passed = ("self", "policy", "env", "seed", "device")  # what build_agent passes itself
+    _refuse(kwargs, algorithm.__init__, passed, f"stable_baselines3.{algorithm.__name__}", "agent_kwargs")
     policy = algorithm.policy_aliases["MlpPolicy"]
-    own = ("self", "observation_space", "action_space", "lr_schedule")
-    _refuse(kwargs.get("policy_kwargs") or {}, policy.__init__, own, policy.__name__, "agent_kwargs.policy_kwargs")
+    spaces = ("self", "observation_space", "action_space", "lr_schedule")  # what SB3 passes its policy
+    _refuse(kwargs.get("policy_kwargs") or {}, policy.__init__, spaces, policy.__name__, "agent_kwargs.policy_kwargs")
 
 
 def _refuse(kwargs: Mapping[str, Any], function: Callable[..., Any], own: Collection[str], name: str, key: str) -> None:
