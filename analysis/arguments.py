@@ -7,6 +7,7 @@ tables and their tests, and the report of skipped run directories.
 from __future__ import annotations
 
 import argparse
+import glob
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -84,10 +85,15 @@ def check_table_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
 def default_out(parser: argparse.ArgumentParser, runs: Sequence[str], out: Path | None) -> Path:
     """``--out``, else the single directory argument; a usage error otherwise.
 
+    A ``RUN_DIR`` argument that is no glob and does not exist is a usage error that names it.
+
     :param parser: the command's parser (reports the usage error)
     :param runs: the ``RUN_DIR`` arguments
     :param out: the ``--out`` argument, if given
     """
+    missing = [r for r in runs if not glob.has_magic(r) and not Path(r).exists()]
+    if missing:
+        parser.error(f"{', '.join(missing)}: no such file or directory")
     if out is not None:
         return out
     if len(runs) == 1 and Path(runs[0]).is_dir():

@@ -1,6 +1,6 @@
 """Every figure of a campaign written to a folder: the library behind ``python -m morlfed.analysis.plot``.
 
-:func:`write_figures` draws, for a set of loaded runs (:mod:`morlfed.analysis.charts`,
+:func:`write_figures` draws, for a set of loaded runs (:mod:`morlfed.analysis.charts`, :mod:`morlfed.analysis.curves`,
 :func:`morlfed.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
 and per environment and preference distribution the fronts of all algorithms and the learning
 curves (:func:`learning_curves`); :func:`default_rounds` picks the heatmaps' rounds. For an
@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from collections import Counter
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -29,13 +31,14 @@ from morlfed.analysis.campaign import reference_fronts, returns_gamma
 from morlfed.analysis.charts import (
     cluster_evolution_figure,
     fronts_comparison_figure,
-    learning_curves_figure,
     similarity_figure,
 )
+from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.partial import PartialRun
 from morlfed.analysis.runs import Run
 from morlfed.analysis.variants import variant_labels
 from morlfed.figures import FORMATS, front_figure, save_figure
+from morlfed.metrics import ReferencePointWarning, hypervolume
 
 
 def _safe(name: str) -> str:
@@ -62,10 +65,12 @@ def default_rounds(available: Sequence[int], k: int = 3) -> list[int]:
     return sorted(set(picks))
 
 
-#: Learning-curve figures: ``rounds.csv`` column -> (file name prefix, y-axis label).
+#: Learning-curve figures: ``rounds.csv`` column (or ``hypervolume``: of ``evaluations.csv``'s
+#: discounted returns, for runs with ``eval_every``) -> (file name prefix, y-axis label).
 CURVES: dict[str, tuple[str, str]] = {
     "mean_train_reward": ("learning", "mean scalarised training reward"),
     "mean_eval_scalarised": ("evaluation", "mean scalarised return of the deployed models"),
+    "hypervolume": ("hypervolume", "hypervolume of the deployed models (discounted returns)"),
 }
 
 #: Every kind of figure, by file name prefix: per run its front, similarity heatmaps and cluster
@@ -126,9 +131,12 @@ def run_title(run: Run | PartialRun, label: str) -> str:
 def learning_curves(
     runs: Sequence[Run | PartialRun], labels: Sequence[str], column: str = "mean_train_reward"
 ) -> pd.DataFrame:
-    """Long table ``label, seed, round, value`` of ``rounds.csv``'s ``column``.
+    """Long table ``label, seed, round, env_steps, value`` of ``rounds.csv``'s ``column``.
 
-    Rounds without a value, and runs without the column, are left out.
+    ``env_steps`` is the training budget each client has spent by the end of the round, on average:
+    the participants of the rounds so far times ``local_steps``, over ``n_clients`` (what a fit
+    budgets; an SB3 rollout may run a few steps past it). Rounds without a value, and runs without
+    the column, are left out.
 
     :param runs: loaded runs (finished or not)
     :param labels: each run's label (runs sharing one are seeds of a curve)
@@ -140,15 +148,50 @@ def learning_curves(
                 "label": label,
                 "seed": run.seed,
                 "round": run.rounds["round"],
-                "value": pd.to_numeric(run.rounds[column], errors="coerce"),
+                "env_steps": _env_steps(run),
+                "value": _values(run, column),
             }
         )
         for run, label in zip(runs, labels)
-        if len(run.rounds) and column in run.rounds.columns
+        if len(run.rounds) and (column in run.rounds.columns or column == "hypervolume")
     ]
     if not parts:
-        return pd.DataFrame(columns=["label", "seed", "round", "value"])
+        return pd.DataFrame(columns=["label", "seed", "round", "env_steps", "value"])
     return pd.concat(parts, ignore_index=True).dropna(subset=["value"])
+
+
+def _values(run: Run | PartialRun, column: str) -> pd.Series:
+    """A curve's values, one per ``rounds.csv`` row (NaN where there is none)."""
+    if column != "hypervolume":
+        return pd.to_numeric(run.rounds[column], errors="coerce")
+    return run.rounds["round"].map(deployed_hypervolume(run)).astype(float)
+
+
+def deployed_hypervolume(run: Run | PartialRun) -> pd.Series:
+    """The hypervolume of the deployed models' discounted returns after each evaluated round, by round.
+
+    From ``evaluations.csv`` (runs with ``eval_every``; empty without it), against the spec's
+    reference point, as ``metrics.json``'s hypervolume of the final returns is.
+
+    :param run: a run (finished or not)
+    """
+    path = Path(run.path) / "evaluations.csv"
+    if not path.is_file():
+        return pd.Series(dtype=float)
+    table = pd.read_csv(path)
+    columns = sorted(
+        (c for c in table.columns if c.startswith("discounted_return_")), key=lambda c: int(c.rsplit("_", 1)[1])
+    )
+    ref = np.asarray(run.config["env"]["ref_point"], dtype=float)
+    with warnings.catch_warnings():  # a point below the reference adds nothing: the curve shows it
+        warnings.simplefilter("ignore", ReferencePointWarning)
+        return table.groupby("round").apply(lambda g: hypervolume(g[columns].to_numpy(float), ref))
+
+
+def _env_steps(run: Run | PartialRun) -> pd.Series:
+    """Each logged round's budgeted training env steps per client so far (:func:`learning_curves`)."""
+    participants = pd.to_numeric(run.rounds.get("participants", pd.Series(np.nan, index=run.rounds.index)))
+    return participants.cumsum() * float(run.config["local_steps"]) / float(run.config["n_clients"])
 
 
 def write_figures(
@@ -159,6 +202,7 @@ def write_figures(
     formats: Sequence[str] = FORMATS,
     kinds: Collection[str] = FIGURE_KINDS,
     partial: Sequence[PartialRun] = (),
+    x: str = "round",
 ) -> list[Path]:
     """Write the figures of ``runs`` (and of the unfinished runs ``partial``) into ``out``.
 
@@ -171,6 +215,7 @@ def write_figures(
     :param formats: file formats (``png``, ``pdf``, ``svg``)
     :param kinds: the kinds of figure to write (default: all, :data:`FIGURE_KINDS`)
     :param partial: unfinished runs (:func:`partial_figures`)
+    :param x: the learning curves' x axis: ``round`` or ``env_steps`` (:data:`~morlfed.analysis.curves.CURVE_AXES`)
     """
     check_kinds(kinds)
     fronts = reference_fronts(runs, returns)
@@ -203,7 +248,7 @@ def write_figures(
             written += save_figure(fig, out / f"similarity_{stem}", formats)
         history = run.cluster_history() if "clusters" in kinds else {}
         if history:
-            fig = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
+            fig = cluster_evolution_figure(history, run.weights, f"{title}: clusters", run.spec.objectives)
             written += save_figure(fig, out / f"clusters_{stem}", formats)
     groups: dict[tuple[str, str], list[int]] = {}
     for i, run in enumerate(runs):
@@ -231,7 +276,7 @@ def write_figures(
                 continue
             curves = learning_curves([runs[i] for i in members], [labels[i] for i in members], column)
             if len(curves):
-                fig = learning_curves_figure(curves, title=f"{env} / {dist}", ylabel=ylabel)
+                fig = learning_curves_figure(curves, title=f"{env} / {dist}", ylabel=ylabel, x=x)
                 written += save_figure(fig, out / f"{prefix}_{_safe(env)}_{_safe(dist)}", formats)
     for unfinished, label, stem in zip(partial, every_label[len(runs) :], every_stem[len(runs) :]):
         for name, fig in partial_figures(unfinished, kinds, label, stem).items():
@@ -244,7 +289,7 @@ def partial_figures(
 ) -> dict[str, Figure]:
     """What an unfinished run already shows, by file name.
 
-    Its learning curves (``learning_<run>``, and ``evaluation_<run>`` with ``eval_every``) over the
+    Its learning curves (``learning_<run>``; ``evaluation_<run>`` and ``hypervolume_<run>`` with ``eval_every``) over the
     rounds configured and its cluster evolution (``clusters_<run>``), each titled as a partial run
     with its rounds done.
 
@@ -268,5 +313,6 @@ def partial_figures(
             figures[f"{prefix}_{stem}"] = fig
     history = run.cluster_history() if "clusters" in kinds else {}
     if history and run.weights is not None:
-        figures[f"clusters_{stem}"] = cluster_evolution_figure(history, run.weights, title=f"{title}: clusters")
+        objectives = (run.config.get("env") or {}).get("objectives")
+        figures[f"clusters_{stem}"] = cluster_evolution_figure(history, run.weights, f"{title}: clusters", objectives)
     return figures

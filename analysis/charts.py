@@ -13,8 +13,7 @@ atomically as PNG and/or PDF. One run's front is :func:`morlfed.figures.front_fi
   (the FedPref paper's Figure 11).
 * :func:`cluster_evolution_figure`: cluster membership per round, clients coloured by
   preference (the paper's Figure 12).
-* :func:`learning_curves_figure`: mean scalarised training reward per round, one line per
-  algorithm with a +- std band over seeds.
+* learning curves: :mod:`morlfed.analysis.curves`.
 * :func:`metric_bars_figure`: mean +- std over seeds of chosen metrics per algorithm.
 """
 
@@ -30,7 +29,6 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator
 
 from morlfed.figures import (
     PREFERENCE_NORM,
@@ -61,8 +59,9 @@ def fronts_comparison_figure(
     """Several algorithms' client returns against one reference front, one panel per algorithm.
 
     ``sets`` maps an algorithm label to its runs, each ``(returns [n, m], weights [n, m])``
-    (e.g. one per seed). Two objectives give one scatter panel per label (one row each), the
-    non-dominated points (within the run) ringed in red as in :func:`morlfed.figures.front_figure`.
+    (e.g. one per seed). Two objectives give one scatter panel per label, in a grid of up to three
+    columns on shared axes, the non-dominated points (within the run) ringed in red as in
+    :func:`morlfed.figures.front_figure`.
     Three or more give parallel coordinates (:func:`_parallel_panel`), two panels to a row, so that
     the figure stays readable at its default size however many objectives there are. Seeds are
     told apart by marker shape; colours are the clients' weights on the first objective.
@@ -91,10 +90,14 @@ def fronts_comparison_figure(
             shape % len(_SEED_MARKERS)
         ], f"seed {seeds[label][k]}" if seeds is not None else f"run {k + 1}"
 
-    if m == 2:
-        fig = Figure(figsize=(5.2, 3.6 * len(checked)), layout="constrained")
-        axes = fig.subplots(len(checked), 1, squeeze=False, sharex="col", sharey="col")
-        for ax, (label, runs) in zip(axes[:, 0], checked.items()):
+    if m == 2:  # a grid of at most three columns, on shared axes
+        cols = min(3, int(np.ceil(np.sqrt(len(checked)))))
+        rows = -(-len(checked) // cols)
+        fig = Figure(figsize=(4.6 * cols + 1.0, 3.6 * rows + 0.5), layout="constrained")
+        axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True)
+        for ax in list(axes.flat)[len(checked) :]:
+            ax.set_visible(False)
+        for ax, (label, runs) in zip(axes.flat, checked.items()):
             front_panel(ax, front, 0, 1, front_label)
             for k, (r, w) in enumerate(runs):
                 marker, name = run_marker(label, k)
@@ -105,6 +108,7 @@ def fronts_comparison_figure(
             ax.set_ylabel(names[1])
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
+        axes = axes.flat[: len(checked)]
     else:
         cols = min(2, len(checked))
         rows = -(-len(checked) // cols)
@@ -274,22 +278,30 @@ def similarity_figure(
     return fig
 
 
-def _client_colours(weights: np.ndarray) -> tuple[list, str]:
-    """A colour per client, and the caption saying what the colour shows.
+def _client_colours(weights: np.ndarray) -> tuple[list, list[Rectangle] | None]:
+    """A colour per client, and the legend's entries when the colours are categorical.
 
-    Categorical by preference group when there are few distinct preferences, else by the weight on
-    the first objective.
+    Categorical by preference group when there are few distinct preferences (an entry per group,
+    its weights), else by the weight on the first objective (``None``: a colour bar says it).
     """
     groups = preference_groups(weights)
     if groups.max() < _CATEGORICAL_MAX:
         tab = colormaps["tab10"]
-        return [tab(int(g)) for g in groups], "colour: preference group"
+        firsts = [int(np.flatnonzero(groups == g)[0]) for g in range(int(groups.max()) + 1)]
+        entries = [
+            Rectangle((0, 0), 1, 1, facecolor=tab(g), label=f"({', '.join(f'{v:.2f}' for v in weights[c])})")
+            for g, c in enumerate(firsts)
+        ]
+        return [tab(int(g)) for g in groups], entries
     vir = colormaps["viridis"]
-    return [vir(PREFERENCE_NORM(float(x))) for x in np.atleast_2d(weights)[:, 0]], "colour: weight on objective 0"
+    return [vir(PREFERENCE_NORM(float(x))) for x in np.atleast_2d(weights)[:, 0]], None
 
 
 def cluster_evolution_figure(
-    history: Mapping[int, Sequence[Sequence[int]]], weights: np.ndarray, title: str = ""
+    history: Mapping[int, Sequence[Sequence[int]]],
+    weights: np.ndarray,
+    title: str = "",
+    objectives: Sequence[str] | None = None,
 ) -> Figure:
     """Cluster membership over rounds (``{round: clusters}``), like the FedPref paper's Figure 12.
 
@@ -301,6 +313,8 @@ def cluster_evolution_figure(
     :param history: round -> the clusters (lists of client ids) in force after it
     :param weights: ``[n_clients, m]`` preferences
     :param title: the figure's title
+    :param objectives: the objectives' names, as the env spec names them (default: ``objective k``);
+        the legend of the preference groups, or the colour bar of the weight on the first, names them
     """
     if not history:
         raise ValueError("cluster_evolution_figure needs at least one round")
@@ -310,7 +324,8 @@ def cluster_evolution_figure(
     final_order, _ = cluster_order(history[rounds[-1]], w)
     rank = np.empty(n, dtype=int)
     rank[final_order] = np.arange(n)
-    colours, legend = _client_colours(w)
+    colours, entries = _client_colours(w)
+    names = objective_names(w.shape[1], objectives)
     gap = 0.6
     fig = Figure(figsize=(max(4.0, 0.55 * len(rounds) + 2), max(3.0, 0.28 * n + 1.5)), layout="constrained")
     ax = fig.subplots()
@@ -331,58 +346,16 @@ def cluster_evolution_figure(
     ax.set_xticks(range(len(rounds)), [str(r) for r in rounds], fontsize=8)
     ax.set_yticks([])
     ax.set_xlabel("round")
-    ax.set_title(f"clusters per round ({legend}; a bar is a cluster)", fontsize=9)
+    ax.set_title("clusters per round (a bar is a cluster; colour: the client's preference)", fontsize=9)
+    if entries is None:
+        preference_colorbar(fig, np.array([ax]), names[0])
+    else:
+        title = f"weights ({', '.join(names)})"
+        ax.legend(
+            handles=entries, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title_fontsize=7
+        )
     if title:
         fig.suptitle(title)
-    return fig
-
-
-# --------------------------------------------------------------------------- campaign curves
-
-
-def learning_curves_figure(
-    curves: pd.DataFrame, title: str = "", ylabel: str = "mean scalarised training reward"
-) -> Figure:
-    """Learning curves: one line per label, the mean over seeds per round.
-
-    ``curves`` has columns ``label, seed, round, value`` (one row per run and round). Each line has
-    a +- std band where a round has two or more seeds.
-
-    :param curves: the long table of values per run and round
-    :param title: the axes' title
-    :param ylabel: the y-axis label
-    """
-    missing = {"label", "seed", "round", "value"} - set(curves.columns)
-    if missing:
-        raise ValueError(f"curves needs columns label, seed, round, value; missing {sorted(missing)}")
-    if curves.empty:
-        raise ValueError("curves is empty")
-    stats = curves.groupby(["label", "round"])["value"].agg(["mean", "std", "count"]).reset_index()
-    fig = Figure(figsize=(6.5, 4), layout="constrained")
-    ax = fig.subplots()
-    for k, (label, part) in enumerate(stats.groupby("label", sort=True)):
-        colour = colormaps["tab10"](k % 10)
-        n_seeds = curves.loc[curves["label"] == label, "seed"].nunique()
-        ax.plot(
-            part["round"],
-            part["mean"],
-            marker="o",
-            ms=3,
-            color=colour,
-            label=f"{label} ({n_seeds} seed{'s' if n_seeds != 1 else ''})",
-        )
-        band = part[part["count"] > 1]
-        if len(band):
-            ax.fill_between(
-                band["round"], band["mean"] - band["std"], band["mean"] + band["std"], color=colour, alpha=0.2, lw=0
-            )
-    ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    if title:
-        ax.set_title(title, fontsize=10)
     return fig
 
 

@@ -59,6 +59,7 @@ from morlfed.analysis.comparison import write_comparison
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
 from morlfed.analysis.variants import split_duplicates
 from morlfed.commands import python
+from morlfed.console import one_line_warnings
 from morlfed.progress import counted
 from morlfed.rundir import atomic_write_text
 
@@ -87,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
+    one_line_warnings(PROG)  # Python's warnings as one line each, no source
     parser = _parser()
     args = parser.parse_args(argv)
     check_table_arguments(parser, args)

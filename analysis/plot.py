@@ -5,12 +5,14 @@ reported on stderr and skipped) and writes, as PNG and PDF (``--formats``), with
 ``<env>_<variant>_<dist>_seed<seed>``:
 
 * ``front_<run>``: each run's client returns against the known front (or the campaign front);
-* ``fronts_<env>_<dist>``: all algorithms of one environment and preference distribution, one
-  row each, seeds as marker shapes;
-* ``learning_<env>_<dist>``: mean scalarised training reward per round (``rounds.csv``), one
-  line per algorithm, +- std band over seeds;
-* ``evaluation_<env>_<dist>``: the same for the deployed models' evaluation, for runs made with
-  ``eval_every=k``;
+* ``fronts_<env>_<dist>``: all algorithms of one environment and preference distribution, a
+  panel each in a grid, seeds as marker shapes;
+* ``learning_<env>_<dist>``: mean scalarised training reward per round (``rounds.csv``; or per
+  training env steps per client, ``--x-axis env_steps``), one line per algorithm with a labelled
+  +- std band over seeds (past three algorithms, a panel each);
+* ``evaluation_<env>_<dist>``: the same for the deployed models' evaluation, and
+  ``hypervolume_<env>_<dist>`` for the hypervolume of their discounted returns
+  (``evaluations.csv``), for runs made with ``eval_every=k``;
 * ``similarity_<run>``: client-similarity heatmaps ordered by cluster at ``--rounds`` (default:
   first, middle and last saved round), for runs made with ``save_similarity=true``;
 * ``clusters_<run>``: cluster evolution over rounds, for strategies that log clusters.
@@ -35,9 +37,11 @@ from collections.abc import Sequence
 from morlfed.analysis.arguments import add_run_arguments, default_out, report_skipped
 from morlfed.analysis.campaign import select_runs
 from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures
+from morlfed.analysis.curves import CURVE_AXES
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
 from morlfed.commands import python
+from morlfed.console import one_line_warnings
 from morlfed.figures import FORMATS
 from morlfed.progress import counted
 
@@ -66,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
         help="file formats (default: png pdf)",
     )
     p.add_argument(
+        "--x-axis",
+        choices=list(CURVE_AXES),
+        default="round",
+        help="the learning curves' x axis: round, or env_steps (training env steps per client) (default: round)",
+    )
+    p.add_argument(
         "--figures",
         nargs="+",
         choices=FIGURE_KINDS,
@@ -82,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
+    one_line_warnings(PROG)  # Python's warnings as one line each, no source
     parser = _parser()
     args = parser.parse_args(argv)
     out = default_out(parser, args.runs, args.out)
@@ -94,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for run in partial:
         print(f"{run.path}: {run.status} (no metrics.json yet): learning curves and clusters only")
-    written = write_figures(runs, out, args.returns, args.rounds, args.formats, args.figures, partial)
+    written = write_figures(runs, out, args.returns, args.rounds, args.formats, args.figures, partial, args.x_axis)
     what = counted(len(runs), "run") + (f" and {counted(len(partial), 'partial run')}" if partial else "")
     print(f"wrote {counted(len(written), 'file')} for {what} to {out}")
     return 0

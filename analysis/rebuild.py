@@ -27,6 +27,7 @@ from morlfed.analysis.arguments import add_table_arguments, check_table_argument
 from morlfed.analysis.campaign import Campaign
 from morlfed.analysis.comparison import write_comparison
 from morlfed.commands import python
+from morlfed.console import one_line_warnings
 
 PROG = "analysis.rebuild"
 
@@ -61,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     :param argv: the arguments (default: ``sys.argv[1:]``)
     """
+    one_line_warnings(PROG)  # Python's warnings as one line each, no source
     parser = _parser()
     args = parser.parse_args(argv)
     check_table_arguments(parser, args)

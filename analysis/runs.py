@@ -55,6 +55,7 @@ LOG_FILES: tuple[str, ...] = (
     "rounds.csv",
     "clusters.jsonl",
     "final.csv",
+    "evaluations.csv",
     "metrics.json",
     "run.log",
 )

@@ -37,6 +37,9 @@ IGNORED_CONFIG_KEYS: frozenset[str] = frozenset(
     }
 )
 IGNORED_CONFIG_PREFIXES: tuple[str, ...] = ("executor.", "logger.")
+#: The budget: a run's clients, rounds and local steps. Runs of one table or figure (an
+#: environment and distribution) that differ in it are labelled with it, whatever their strategy.
+BUDGET_KEYS: frozenset[str] = frozenset({"n_clients", "rounds", "local_steps"})
 
 
 def _flatten(config: Any, prefix: str = "") -> dict[str, str]:
@@ -82,7 +85,10 @@ def variant_labels(runs: Sequence[Labelled]) -> list[str]:
 
     A config key is a *variant key* when it takes different values among runs that share
     environment, preference distribution and label (e.g. a sweep over ``local_steps`` or
-    ``algo.top_r``); seeds and execution settings are ignored, and so are keys that are no
+    ``algo.top_r``); a budget key (:data:`BUDGET_KEYS`) is one when it differs among runs that
+    share environment and preference distribution at all, so that strategies run on different
+    budgets are never compared in one table or figure under bare names. Seeds and execution
+    settings are ignored, and so are keys that are no
     setting of morlfed (an unknown key a run's command line added, ``+evn=...``: such runs predate
     the check that refuses them). Each run's label gets ``" (key=value, ...)"`` for the variant
     keys, written as the command line writes them (``engine=vectorised``), so differently
@@ -93,15 +99,21 @@ def variant_labels(runs: Sequence[Labelled]) -> list[str]:
     known = top_level_keys()
     flat = [{k: v for k, v in _flatten(r.config).items() if k.split(".")[0] in known} for r in runs]
     groups: dict[tuple[str, str, str], list[int]] = {}
+    tables: dict[tuple[str, str], list[int]] = {}  # the runs of one table or figure
     for i, r in enumerate(runs):
         groups.setdefault((r.env, r.dist, r.label), []).append(i)
+        tables.setdefault((r.env, r.dist), []).append(i)
+
+    def varies(key: str, among: dict[Any, list[int]]) -> bool:
+        return any(len({flat[i].get(key) for i in members}) > 1 for members in among.values())
+
     keys = sorted({k for f in flat for k in f})
     varying = [
         k
         for k in keys
         if k not in IGNORED_CONFIG_KEYS
         and not k.startswith(IGNORED_CONFIG_PREFIXES)
-        and any(len({flat[i].get(k) for i in members}) > 1 for members in groups.values())
+        and (varies(k, groups) or (k in BUDGET_KEYS and varies(k, tables)))
     ]
     labels = []
     for run, f in zip(runs, flat):

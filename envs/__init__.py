@@ -22,6 +22,7 @@ from .factory import (
     GlobalNumpyRNGIsolation,
     MissingDependencyError,
     check_dependencies,
+    check_env_kwargs,
     known_front,
     make_eval_env,
     make_train_env,
@@ -29,7 +30,18 @@ from .factory import (
     reset_env,
     validate_weights,
 )
-from .spec import AGENTS, CONF_DIR, ENV_CONF_DIR, SPEC_ENGINES, EnvSpec, aliases, available, get_spec, resolve_name
+from .spec import (
+    AGENTS,
+    CONF_DIR,
+    ENV_CONF_DIR,
+    SPEC_ENGINES,
+    EnvSpec,
+    aliases,
+    available,
+    get_spec,
+    register,
+    resolve_name,
+)
 
 __all__ = [
     "AGENTS",
@@ -42,11 +54,13 @@ __all__ = [
     "aliases",
     "available",
     "check_dependencies",
+    "check_env_kwargs",
     "get_spec",
     "known_front",
     "make_eval_env",
     "make_train_env",
     "missing_dependencies",
+    "register",
     "reset_env",
     "resolve_name",
     "validate_weights",

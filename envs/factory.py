@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import json
 import warnings
 from collections.abc import Iterator, Sequence
@@ -180,6 +181,40 @@ def check_dependencies(spec: EnvSpec) -> None:
         f"environment {spec.name!r} ({spec.gym_id}) needs {', '.join(missing)}, which is not "
         f"installed: {'; '.join(hints)}"
     )
+
+
+#: what ``gymnasium.make`` takes itself, whatever the env's constructor takes
+_MAKE_KEYWORDS = ("max_episode_steps", "disable_env_checker", "render_mode")
+
+
+def check_env_kwargs(spec: EnvSpec) -> None:
+    """Raise ``ValueError`` unless the spec's gym id is registered and its constructor takes every ``env_kwargs`` key.
+
+    The message names the keys it does not take and those it does. A constructor that takes
+    ``**kwargs`` takes every key, and an env whose simulator is missing is left to
+    :func:`check_dependencies` (its constructor cannot be imported).
+
+    :param spec: the env spec
+    """
+    from gymnasium.envs.registration import load_env_creator
+
+    _entry_point(spec.gym_id)  # registered, else ValueError
+    if missing_dependencies(spec) or not spec.env_kwargs:
+        return
+    entry = gym.spec(spec.gym_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    if creator is None:
+        return
+    params = inspect.signature(creator).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    takes = sorted(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    unknown = sorted(set(spec.env_kwargs) - set(takes) - set(_MAKE_KEYWORDS))
+    if unknown:
+        raise ValueError(
+            f"env_kwargs {', '.join(unknown)}: not an argument of {spec.gym_id} "
+            f"({getattr(creator, '__qualname__', creator)}), which takes {', '.join(takes) or 'none'}"
+        )
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,7 +6,13 @@ defaults list naming the canonical spec (``defaults: [mo-lunar-lander]``), so th
 ``env=mo-lunar-lander-v2`` composes to the same node as ``env=mo-lunar-lander``; :func:`get_spec`
 resolves the same aliases in Python, and additionally accepts every spec's ``gym_id``.
 
-This module depends only on the standard library, numpy and omegaconf (no morlfed import).
+A spec of one's own needs no file in the package: put ``env/<name>.yaml`` in a folder of one's
+own and add it to hydra's search path (``env=<name> 'hydra.searchpath=[file:///path/conf]'``), or
+:func:`register` an :class:`EnvSpec` from Python, after which ``run_experiment(env=<name>)`` and
+:func:`get_spec` know it.
+
+This module depends only on the standard library, numpy, omegaconf and (for :func:`register`)
+hydra's ``ConfigStore`` (no morlfed import).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ __all__ = [
     "aliases",
     "available",
     "get_spec",
+    "register",
     "resolve_name",
 ]
 
@@ -405,9 +412,35 @@ def _registry() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     return canonical, aliases_
 
 
+#: the specs registered from Python (:func:`register`), by name
+_REGISTERED: dict[str, EnvSpec] = {}
+
+
+def register(spec: EnvSpec) -> None:
+    """Make ``spec`` an ``env`` option from Python: ``run_experiment(env=spec.name)``, :func:`get_spec`.
+
+    It is stored in hydra's ``ConfigStore`` as ``env/<name>``; registering a name again replaces
+    that spec. The spec was validated when it was built; a run checks it against the engine, the
+    env's constructor and SB3 as it checks a packaged one.
+
+    :param spec: the spec, e.g. ``get_spec("deep-sea-treasure").replace(name="my-dst", gamma=0.9)``
+    :raises TypeError: ``spec`` is not an :class:`EnvSpec`
+    :raises ValueError: its name is a packaged spec's or alias
+    """
+    from hydra.core.config_store import ConfigStore
+
+    if not isinstance(spec, EnvSpec):
+        raise TypeError(f"register takes an EnvSpec, got {type(spec).__name__}")
+    canonical, alias_map = _registry()
+    if spec.name in canonical or spec.name in alias_map:
+        raise ValueError(f"env {spec.name!r} is a packaged spec's name: register yours under a name of its own")
+    ConfigStore.instance().store(group="env", name=spec.name, node=spec.to_dict())
+    _REGISTERED[spec.name] = spec
+
+
 def available() -> list[str]:
-    """The canonical environment names (sorted)."""
-    return sorted(_registry()[0])
+    """The canonical environment names, those registered from Python (:func:`register`) included (sorted)."""
+    return sorted([*_registry()[0], *_REGISTERED])
 
 
 def aliases() -> dict[str, str]:
@@ -421,13 +454,12 @@ def resolve_name(name: str) -> str:
     :raises ValueError: unknown name; the message lists the valid names and aliases
     """
     canonical, alias_map = _registry()
-    if name in canonical:
+    if name in canonical or name in _REGISTERED:
         return name
     if name in alias_map:
         return alias_map[name]
     raise ValueError(
-        f"unknown environment {name!r}; valid names: {', '.join(sorted(canonical))} "
-        f"(aliases: {', '.join(sorted(alias_map))})"
+        f"unknown environment {name!r}; valid names: {', '.join(available())} (aliases: {', '.join(sorted(alias_map))})"
     )
 
 
@@ -437,4 +469,6 @@ def get_spec(name: str) -> EnvSpec:
     :raises ValueError: unknown name (the message lists the valid names) or an invalid YAML
     """
     canonical_name = resolve_name(name)
+    if canonical_name in _REGISTERED:
+        return _REGISTERED[canonical_name]
     return EnvSpec.from_config(copy.deepcopy(_registry()[0][canonical_name]))

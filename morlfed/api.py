@@ -31,13 +31,16 @@ from hydra.core.utils import run_job
 from hydra.types import HydraContext
 from matplotlib.figure import Figure
 from omegaconf import DictConfig
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.analysis.campaign import reference_fronts, returns_gamma
-from morlfed.analysis.charts import learning_curves_figure
+from morlfed.analysis.campaign_figures import CURVES, learning_curves, run_title
+from morlfed.analysis.curves import learning_curves_figure
+from morlfed.analysis.policies import Rollout, contact_sheet, rl_run, rollout, sb3_model
 from morlfed.analysis.run_files import check_agreement
 from morlfed.analysis.runs import Run, load_run
 from morlfed.figures import front_figure, non_dominated_mask
-from morlfed.overrides import compose_api, parse, precheck_argv
+from morlfed.overrides import compose_api, parse, precheck_argv, searchpath_argv
 from morlfed.resume import resume_argv
 from morlfed.run import Plan, build_plan, execute
 from morlfed.settings import ConfigError
@@ -116,27 +119,64 @@ class ExperimentResult:
         run = load_run(self.run_dir)
         assert isinstance(run, Run), "a run with vector returns is an RL run"
         reference = reference_fronts([run])[run.env, returns_gamma(run.spec, "discounted")]
-        title = f"{run.env} / {run.label} / seed {run.seed}"
         return front_figure(
             run.returns_of("discounted"),
             run.weights,
             reference.points,
             run.spec.objectives,
-            title,
+            f"{run_title(run, run.label)} (discounted returns)",  # the command line's title
             f"{reference.source} front",
         )
 
-    def plot_learning(self, column: str = "mean_train_reward") -> Figure:
+    def policy(self, cid: int) -> OffPolicyAlgorithm:
+        """Client ``cid``'s deployed policy as a stable-baselines3 model (DQN or DDPG, as the env spec trains).
+
+        It holds the model the client deploys (``RUN_DIR/models/``), whichever engine trained it:
+        ``predict``, ``save`` and SB3's own ``load`` work on it (:func:`morlfed.analysis.policies.sb3_model`).
+
+        :param cid: the client
+        :raises KeyError: the run has no client ``cid``
+        """
+        return sb3_model(rl_run(self.run_dir), cid)
+
+    def policies(self) -> dict[int, OffPolicyAlgorithm]:
+        """Every client's deployed policy (:meth:`policy`), by client id."""
+        run = rl_run(self.run_dir)
+        return {cid: sb3_model(run, cid) for cid in range(len(run.weights))}
+
+    def rollout(self, cid: int, episodes: int | None = None, video_dir: str | Path | None = None) -> Rollout:
+        """Run client ``cid``'s deployed policy greedily, seeded as the final evaluation (:func:`~morlfed.analysis.policies.rollout`).
+
+        :param cid: the client
+        :param episodes: how many episodes (default: the spec's ``eval_episodes``: those of ``final.csv``)
+        :param video_dir: record each episode there (gymnasium's ``RecordVideo``; the ``video`` extra)
+        """
+        return rollout(rl_run(self.run_dir), cid, episodes, video_dir)
+
+    def contact_sheet(self, frames: int = 6) -> Figure:
+        """Frames of every client's deployed policy in one figure (:func:`~morlfed.analysis.policies.contact_sheet`).
+
+        :param frames: frames per client
+        """
+        return contact_sheet(rl_run(self.run_dir), frames)
+
+    def plot_learning(self, column: str = "mean_train_reward", x: str = "round") -> Figure:
         """One of ``rounds.csv``'s columns over the rounds (default: the mean scalarised training reward).
 
-        :param column: the column, e.g. ``mean_eval_scalarised`` for a run with ``eval_every``
+        Titled and labelled as ``python -m morlfed.analysis.plot`` titles and labels it.
+
+        :param column: the column, e.g. ``mean_eval_scalarised`` for a run with ``eval_every``, or
+            ``hypervolume``: of the deployed models' discounted returns (``evaluations.csv``)
+        :param x: ``round``, or ``env_steps``: the training env steps each client has spent
         :raises ValueError: ``rounds.csv`` has no such column
         """
-        if column not in self.rounds.columns:
+        if column not in [*self.rounds.columns, "hypervolume"]:
             raise ValueError(f"rounds.csv has no column {column!r}; it has {', '.join(self.rounds.columns)}")
-        curve = self.rounds[["round", column]].dropna().rename(columns={column: "value"})
-        curve = curve.assign(label=str(self.metrics.get("label", "run")), seed=self.metrics.get("seed", 0))
-        return learning_curves_figure(curve, title=str(self.run_dir), ylabel=column)
+        run = load_run(self.run_dir)
+        assert isinstance(run, Run), "a run with learning curves is an RL run"  # vision: no curves to plot
+        curves = learning_curves([run], [run.label], column)
+        ylabel = CURVES[column][1] if column in CURVES else column
+        return learning_curves_figure(curves, title=run_title(run, run.label), ylabel=ylabel, x=x)
 
 
 def run_experiment(
@@ -199,7 +239,7 @@ def _composed(settings: Mapping[str, Any], overrides: Sequence[str]) -> Iterator
     """The configuration of these settings and overrides, checked as the command line checks it, hydra's state restored after."""
     argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
     _refuse_what_only_the_command_line_does(argv)
-    argv = resume_argv(argv)
+    argv = searchpath_argv(resume_argv(argv))
     precheck_argv(argv)
     with _process_state_restored(), compose_api():
         yield compose("config", overrides=[*argv, "hydra.job.name=run"], return_hydra_config=True)

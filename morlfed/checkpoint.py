@@ -8,6 +8,8 @@ A checkpoint after round r is the directory ``checkpoints/round_<r>/`` with
 * ``clients/client_<cid>.safetensors``: every client's ``get_state()`` (for an RL client: networks
   and optimiser(s), replay buffer arrays, step/update counters, exploration rate, episode records),
   written by the process that owns the client;
+* ``models/``: every client's deployed model after round r, in the run's ``models/`` format
+  (:mod:`morlfed.deployment`), for those who want the models rather than the run's state;
 * ``manifest.json`` (:mod:`morlfed.manifest`): the SHA-256 and size of every other file below the
   checkpoint's directory, whatever wrote it, written last.
 
@@ -46,6 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from morlfed.deployment import MODELS, Deployment
 from morlfed.executors import Executor
 from morlfed.manifest import MANIFEST, CorruptError, verify_manifest, write_manifest
 from morlfed.safestate import CONVERT, UnsafeStateError, check_state, load_state, save_state
@@ -82,7 +85,9 @@ class Checkpointer:
         """
         return (self.every > 0 and round % self.every == 0) or round in self.also
 
-    def save(self, round: int, server_state: dict[str, Any], executor: Executor) -> Path:
+    def save(
+        self, round: int, server_state: dict[str, Any], executor: Executor, deployment: Deployment | None = None
+    ) -> Path:
         """Write the checkpoint after ``round`` atomically and make it the executor's restore point.
 
         Every earlier checkpoint that is not one to keep (:meth:`due`), and any leftover temporary
@@ -91,6 +96,7 @@ class Checkpointer:
         :param round: the round just completed
         :param server_state: what ``server.safetensors`` holds (see the module docstring)
         :param executor: the executor whose clients are saved
+        :param deployment: the clients' deployed models after ``round``, written to ``models/`` (``None``: none)
         :return: the checkpoint's directory
         """
         self.root.mkdir(parents=True, exist_ok=True)
@@ -100,6 +106,8 @@ class Checkpointer:
         try:
             executor.save_clients(tmp / "clients")
             save_state(tmp / SERVER, server_state)
+            if deployment is not None:
+                deployment.write(tmp / MODELS)
             write_manifest(tmp)  # last: it lists every file written above
             _fsync_tree(tmp)
             final = self.root / f"round_{round}"

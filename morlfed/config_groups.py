@@ -1,9 +1,12 @@
 """The config groups on morlfed's search path, their folders and options, and the task classes.
 
 Hydra composes a run from ``conf/`` and the folders the root config's ``hydra.searchpath`` names
-(``envs/conf`` for the RL task's ``env`` group). These functions read the same folders without
-composing anything, for the command line's checks (:mod:`morlfed.overrides`), ``--help`` and the
-analysis' variant labels; they know no group's home but what the root config says.
+(``envs/conf`` for the RL task's ``env`` group), and from hydra's ``ConfigStore`` (options registered
+from Python). These functions read the same folders and store without composing anything, for the
+command line's checks (:mod:`morlfed.overrides`), ``--help`` and the analysis' variant labels; they
+know no group's home but what the root config says. A command line's own ``hydra.searchpath``
+(a user's config folder) comes after morlfed's (:func:`with_searchpath`); each function takes the
+search path's entries as the command line gives them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import importlib.util
 from functools import cache
 from pathlib import Path
+from typing import Any
 
+from hydra.core.config_store import ConfigStore
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
@@ -32,6 +37,21 @@ def task_class(name: str) -> type[Task]:
     if name not in group_options("task"):
         raise ValueError(f"unknown task {name!r}; valid: {', '.join(group_options('task'))}")
     return get_class(OmegaConf.load(group_folder("task") / f"{name}.yaml").task._target_)
+
+
+#: the root config's ``hydra.searchpath``: where morlfed's own groups beyond ``conf/`` live
+OWN_SEARCHPATH: tuple[str, ...] = tuple(str(e) for e in OmegaConf.load(CONF_DIR / "config.yaml").hydra.searchpath)
+
+
+def with_searchpath(entries: list[str] | tuple[str, ...]) -> list[str]:
+    """A command line's ``hydra.searchpath`` entries after morlfed's own (:data:`OWN_SEARCHPATH`).
+
+    Hydra's override replaces the root config's list: without morlfed's entries, its packaged
+    options (every ``env=``) would be gone.
+
+    :param entries: the command line's entries (``file:///path/conf``)
+    """
+    return [*OWN_SEARCHPATH, *(e for e in entries if e not in OWN_SEARCHPATH)]
 
 
 @cache
@@ -59,44 +79,81 @@ def registered_targets() -> frozenset[str]:
 
 
 @cache
-def search_path() -> tuple[Path, ...]:
-    """The config folders hydra searches: ``conf/`` and each ``pkg://`` entry of ``hydra.searchpath``.
+def search_path(entries: tuple[str, ...] = OWN_SEARCHPATH) -> tuple[Path, ...]:
+    """The config folders hydra searches: ``conf/`` and each entry of ``hydra.searchpath``.
 
     A task's config groups may live beside its code (the RL task's ``env`` group in envs/conf/):
     the root config names their packages, so this module knows no group's home.
+
+    :param entries: ``hydra.searchpath`` (``pkg://a.b.c`` or ``file:///path``; default: the root config's)
     """
-    entries = OmegaConf.load(CONF_DIR / "config.yaml").hydra.searchpath
     folders = [CONF_DIR]
     for entry in entries:
-        # the folder of package a.b.c, found without importing a.b (finding a.b.c would import it)
-        top, *rest = str(entry).removeprefix("pkg://").split(".")
-        spec = importlib.util.find_spec(top)
-        folders.append(Path(spec.submodule_search_locations[0], *rest))  # type: ignore[union-attr, index]
+        if entry.startswith("pkg://"):
+            # the folder of package a.b.c, found without importing a.b (finding a.b.c would import it)
+            top, *rest = entry.removeprefix("pkg://").split(".")
+            spec = importlib.util.find_spec(top)
+            folders.append(Path(spec.submodule_search_locations[0], *rest))  # type: ignore[union-attr, index]
+        else:
+            folders.append(Path(entry.removeprefix("file://")))
     return tuple(folders)
 
 
-@cache
-def groups() -> tuple[str, ...]:
-    """The config groups on morlfed's search path: every folder of YAML options in it (conf/algo, ...)."""
-    return tuple(
-        sorted({d.name for folder in search_path() for d in folder.iterdir() if d.is_dir() and any(d.glob("*.yaml"))})
-    )
+def groups(entries: tuple[str, ...] = OWN_SEARCHPATH) -> tuple[str, ...]:
+    """The config groups on the search path: every folder of YAML options in it (conf/algo, ...).
+
+    :param entries: ``hydra.searchpath`` (default: the root config's)
+    """
+    found = {d.name for f in search_path(entries) if f.is_dir() for d in f.iterdir() if _options_folder(d)}
+    return tuple(sorted(found))
 
 
-def group_folder(group: str) -> Path:
+def _options_folder(path: Path) -> bool:
+    return path.is_dir() and any(path.glob("*.yaml"))
+
+
+def group_folder(group: str, entries: tuple[str, ...] = OWN_SEARCHPATH) -> Path:
     """The folder of config group ``group`` on the search path (the first that has it).
 
+    :param group: the group
+    :param entries: ``hydra.searchpath`` (default: the root config's)
     :raises ValueError: no folder on the search path has the group
     """
-    for folder in search_path():
+    for folder in search_path(entries):
         if (folder / group).is_dir():
             return folder / group
-    raise ValueError(f"no config group {group!r} on the search path {', '.join(map(str, search_path()))}")
+    raise ValueError(f"no config group {group!r} on the search path {', '.join(map(str, search_path(entries)))}")
 
 
-def group_options(group: str) -> list[str]:
-    """The options of a config group (one of :func:`groups`) on morlfed's search path."""
-    return sorted(p.stem for p in group_folder(group).glob("*.yaml"))
+def group_options(group: str, entries: tuple[str, ...] = OWN_SEARCHPATH) -> list[str]:
+    """The options of a config group (one of :func:`groups`): its files on the search path, and those stored from Python.
+
+    :param group: the group
+    :param entries: ``hydra.searchpath`` (default: the root config's)
+    """
+    found = {p.stem for folder in search_path(entries) for p in (folder / group).glob("*.yaml")}
+    return sorted(found | set(_stored(group)))
+
+
+def option_node(group: str, option: str, entries: tuple[str, ...] = OWN_SEARCHPATH) -> Any:
+    """The config of one option of a group, unresolved: the first file on the search path, else the stored one.
+
+    :param group: the group
+    :param option: one of :func:`group_options`
+    :param entries: ``hydra.searchpath`` (default: the root config's)
+    """
+    for folder in search_path(entries):
+        if (folder / group / f"{option}.yaml").is_file():
+            return OmegaConf.load(folder / group / f"{option}.yaml")
+    return ConfigStore.instance().load(f"{group}/{option}.yaml").node
+
+
+def _stored(group: str) -> list[str]:
+    """The options of ``group`` stored in hydra's ``ConfigStore`` (registered from Python)."""
+    try:
+        return [name.removesuffix(".yaml") for name in ConfigStore.instance().list(group)]
+    except OSError:  # no such group in the store
+        return []
 
 
 def top_level_keys() -> set[str]:

@@ -4,14 +4,15 @@ For each round: choose the participants (seeded), ``strategy.configure`` -> the 
 ``client.fit`` -> non-finite or failed results are dropped and logged -> ``strategy.aggregate``
 -> ``rounds.csv`` / ``clusters.jsonl``. With ``finetune`` (the "+FT" variant) the last round
 includes every client and is not aggregated: each client deploys the model it just trained.
-At the end every client's deployed model is evaluated; with ``eval_every=k`` also after every k-th
-round, into ``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the
-last round's value is the final evaluation's). With a checkpointer, a checkpoint is written after
-every round but the last (and after the last when ``checkpoint_every`` asks for it), so that a
-stop loses at most the round in progress: Ctrl-C or SIGTERM abandon the round at once and the run
-ends with :class:`~morlfed.interrupt.RunStopped` (:mod:`morlfed.checkpoint`,
-:mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from the latest. The progress bar
-(:mod:`morlfed.progress`) counts the budget and advances with each client's fit.
+At the end every client's deployed model is evaluated and written to ``models/``
+(:mod:`morlfed.deployment`); with ``eval_every=k`` also evaluated after every k-th round, into
+``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the last
+round's value is the final evaluation's) and, client by client, ``evaluations.csv``. With a
+checkpointer, a checkpoint is written after every round but the last (and after the last when
+``checkpoint_every`` asks for it), so that a stop loses at most the round in progress: Ctrl-C or
+SIGTERM abandon the round at once and the run ends with :class:`~morlfed.interrupt.RunStopped`
+(:mod:`morlfed.checkpoint`, :mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from
+the latest. The progress bar (:mod:`morlfed.progress`) counts the budget and advances with each client's fit.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from morlfed.checkpoint import (
     read_log,
     set_global_rng_state,
 )
+from morlfed.deployment import MODELS, Deployment, deployed_weights
 from morlfed.executors import Executor
 from morlfed.interrupt import StopSignals
 from morlfed.progress import RoundBudgets, RoundProgress
@@ -146,7 +148,7 @@ def participants_for(cfg: FederationConfig, round: int) -> list[int]:
     """The clients that take part in ``round`` (all of them in a "+FT" run's last round)."""
     if cfg.participation >= 1.0 or (cfg.finetune and round == cfg.rounds):
         return list(range(cfg.n_clients))
-    m = max(1, round_half_up(cfg.participation * cfg.n_clients))
+    m = max(1, int(np.floor(cfg.participation * cfg.n_clients + 0.5)))  # halves round up
     chosen = generator(cfg.seed, "participation", round).choice(cfg.n_clients, size=m, replace=False)
     return sorted(int(c) for c in chosen)
 
@@ -174,11 +176,6 @@ def eval_seeds(cfg: FederationConfig) -> dict[int, int]:
 def eval_due(cfg: FederationConfig, rnd: int) -> bool:
     """Whether round ``rnd`` adds a point to the learning curve (``eval_every``; the last round's is the final one)."""
     return cfg.eval_every > 0 and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)
-
-
-def round_half_up(x: float) -> int:
-    """Round to the nearest integer, halves up (unlike Python's banker's rounding)."""
-    return int(np.floor(x + 0.5))
 
 
 class Federation:
@@ -210,8 +207,8 @@ class Federation:
         self.strategy, self.executor, self.cfg, self.run_dir = strategy, executor, cfg, run_dir
         self.checkpointer, self.tracker = checkpointer, tracker
         self.stop = stop or StopSignals()
-        init, layout = executor.initial()
-        strategy.setup(cfg.n_clients, init, layout, generator(cfg.seed, "strategy"))
+        self._initial, layout = executor.initial()
+        strategy.setup(cfg.n_clients, self._initial, layout, generator(cfg.seed, "strategy"))
         self.start_round = 1
         #: a run resumed in place: the round it continues after and the loop's seconds until then
         self._resumed_after: int | None = None
@@ -263,7 +260,7 @@ class Federation:
             "seconds": self._elapsed(),
         }
         assert self.checkpointer is not None, "only a run with a checkpointer writes checkpoints"
-        return self.checkpointer.save(rnd, state, self.executor)
+        return self.checkpointer.save(rnd, state, self.executor, self._deployment(rnd))
 
     def run(self) -> FederationOutcome:
         """Run the remaining rounds, then evaluate every client's deployed model.
@@ -290,14 +287,16 @@ class Federation:
             log.info("round %d/%d: deployed models' mean scalarised evaluation %.4g", cfg.rounds, cfg.rounds, final)
             if self.run_dir is not None:
                 self.run_dir.update_last_round({"mean_eval_scalarised": final})
+                self.run_dir.log_evaluations(cfg.rounds, evaluations)
             if self.tracker is not None:
                 self.tracker.log_round(cfg.rounds, {"eval/mean_scalarised": final})
-        finetuned = self._finetuned
-        model_ids = {cid: -1 if cid in finetuned else self.strategy.model_id(cid) for cid in range(cfg.n_clients)}
+        deployment = self._deployment(cfg.rounds)
+        if self.run_dir is not None:
+            deployment.write(self.run_dir.path / MODELS)
         elapsed = self._elapsed()
         return FederationOutcome(
             evaluations,
-            model_ids,
+            deployment.model_ids,
             time.perf_counter() - self._started if elapsed is None else elapsed,
             dict(self._steps_spent),
             inert,
@@ -305,8 +304,7 @@ class Federation:
             self.strategy.split_events(),
             self._resumed_after,
             self._seconds_before,
-            f"model: what the client deploys: {self.strategy.model_id_note}"
-            + ("; -1: its own fine-tuned model (+FT)" if finetuned else ""),
+            f"model: what the client deploys: {deployment.model_id_note}",
         )
 
     def _elapsed(self) -> float | None:
@@ -339,11 +337,11 @@ class Federation:
             self._finetuned = {cid: self.strategy.finetuned_model(cid, r) for cid, r in ok.items()}
         else:
             self.strategy.aggregate(rnd, ok)
-        reward = mean_metric(ok, "train_reward")
+        reward = mean_metric(ok, "train_reward")  # the scalarised training reward
         curve = None
         if eval_due(cfg, rnd) and rnd < cfg.rounds:
             with self.stop.interruptible():
-                curve = self._evaluate_deployed()
+                curve = self._evaluate_deployed(rnd)
         self._log(
             rnd, len(tasks), ok, failed, reward, time.perf_counter() - t0, aggregated=not last_ft, evaluated=curve
         )
@@ -371,10 +369,20 @@ class Federation:
         """
         return deployed_models(self.strategy, self.cfg.n_clients, self._finetuned)
 
-    def _evaluate_deployed(self) -> float:
-        """The clients' mean scalarised evaluation of the models they deploy after this round."""
+    def _deployment(self, rnd: int) -> Deployment:
+        """Every client's deployed model after round ``rnd``, personal models fetched, for the run's files."""
+        ids = {c: -1 if c in self._finetuned else self.strategy.model_id(c) for c in range(self.cfg.n_clients)}
+        note = self.strategy.model_id_note + ("; -1: its own fine-tuned model (+FT)" if self._finetuned else "")
+        weights = deployed_weights(self.deployed_models(), self.executor, self._initial)
+        return Deployment.of(rnd, self.strategy.layout, weights, ids, note)
+
+    def _evaluate_deployed(self, rnd: int) -> float:
+        """The clients' mean scalarised evaluation of the models they deploy after round ``rnd`` (``evaluations.csv``)."""
         deployed = deployed_models(self.strategy, self.cfg.n_clients, {})
-        return mean_scalarised(self.executor.evaluate(deployed, eval_seeds(self.cfg)))
+        evaluations = self.executor.evaluate(deployed, eval_seeds(self.cfg))
+        if self.run_dir is not None:
+            self.run_dir.log_evaluations(rnd, evaluations)
+        return mean_scalarised(evaluations)
 
     def _log(
         self,

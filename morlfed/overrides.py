@@ -28,7 +28,6 @@ import difflib
 import os
 import tempfile
 from collections.abc import Collection, Iterator
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +43,14 @@ from morlfed.commands import python
 from morlfed.config_groups import (
     ADDED_GROUPS,
     CONF_DIR,
-    group_folder,
+    OWN_SEARCHPATH,
     group_options,
     groups,
+    option_node,
     registered_targets,
     task_class,
     top_level_keys,
+    with_searchpath,
 )
 from morlfed.resume import SWEEP_JOBS, resume_command
 from morlfed.runlock import RunDirBusy, holder
@@ -104,38 +105,73 @@ def compose_api() -> Iterator[None]:
         yield
 
 
-def _group(override: Override) -> str | None:
-    return override.key_or_group if override.key_or_group in groups() and override.package is None else None
+def searchpath_argv(argv: list[str]) -> list[str]:
+    """The command line with morlfed's config folders kept first in its ``hydra.searchpath``, if it sets one.
+
+    Hydra's ``hydra.searchpath=[file:///path/conf]`` replaces the root config's list: a user's
+    folder of options (``env/my-env.yaml``) then comes after morlfed's own, which stay
+    (:func:`~morlfed.config_groups.with_searchpath`).
+
+    :param argv: the command line's arguments
+    """
+    out = []
+    for arg in argv:
+        key = arg.partition("=")[0]
+        if key.lstrip("+") == "hydra.searchpath" and not arg.startswith("-"):
+            entries = _searchpath(parse([arg]))
+            arg = f"{key}=[{','.join(repr(e) for e in entries)}]"
+        out.append(arg)
+    return out
 
 
-def _check_groups(overrides: list[Override]) -> None:
-    """Known options, and ``+`` where (and only where) a group needs it.
+def _searchpath(overrides: list[Override]) -> tuple[str, ...]:
+    """The ``hydra.searchpath`` the overrides set (after morlfed's entries), else the root config's."""
+    for override in overrides:
+        if override.key_or_group == "hydra.searchpath" and isinstance(value := override.value(), list):
+            return tuple(with_searchpath([str(e) for e in value]))
+    return OWN_SEARCHPATH
+
+
+def _group(override: Override, searchpath: tuple[str, ...] = OWN_SEARCHPATH) -> str | None:
+    in_group = override.key_or_group in groups(searchpath)
+    return override.key_or_group if in_group and override.package is None else None
+
+
+def _check_groups(overrides: list[Override], searchpath: tuple[str, ...]) -> None:
+    """Known options, each config's ``name`` its file's, and ``+`` where (and only where) a group needs it.
 
     A group that the selected task's config does not bring (``env=`` with ``task=vision``) is left
     to hydra, whose message names it: no group belongs to a task here.
     """
     for override in overrides:
-        group, line = _group(override), _line(override)
+        group, line = _group(override, searchpath), _line(override)
         if group is None:
             continue
-        valid = group_options(group)
+        valid = group_options(group, searchpath)
         for option in _values(override):
             if option is not None and str(option) not in valid:
                 raise ConfigError(f"unknown {group} {str(option)!r}; valid: {', '.join(valid)}")
+            name = option_node(group, str(option), searchpath).get("name") if option is not None else None
+            if name is not None and name != str(option):
+                raise ConfigError(f"{group}={option}: its config says name: {name}; a config's name is its file's")
         if group in ADDED_GROUPS and not override.is_add():
             raise ConfigError(f"{line}: {group} is added to the configuration: write +{line}")
         if group not in ADDED_GROUPS and override.is_add():
             raise ConfigError(f"{line}: {group}= is chosen by default: write {line.lstrip('+')}")
 
 
-def _composed(overrides: list[Override]) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
+def _composed(
+    overrides: list[Override], searchpath: tuple[str, ...]
+) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
     """The configurations the command line's groups compose, with their group choices.
 
     The configurations are unresolved, as plain containers: one with every group at its first
     option, and one more for each further option of a swept group.
     """
-    groups = [o for o in overrides if _group(o) is not None]
+    groups = [o for o in overrides if _group(o, searchpath) is not None]
     fixed = [_line(o) for o in groups if not o.is_sweep_override()]
+    if searchpath != OWN_SEARCHPATH:
+        fixed.append(f"hydra.searchpath=[{','.join(repr(e) for e in searchpath)}]")
     swept = [(o, _values(o)) for o in groups if o.is_sweep_override()]
     first = [_line_with(o, options[0]) for o, options in swept if options]
     variants = [fixed + first]
@@ -189,7 +225,9 @@ def closest(word: str, candidates: Collection[str]) -> list[str]:
     return sorted((c for c, r in scores.items() if r >= max(0.6, best - 0.05)), key=lambda c: -scores[c])[:3]
 
 
-def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, str]) -> ConfigError:
+def _unknown_key(
+    key: str, line: str, tree: dict[str, Any], choices: dict[str, str], searchpath: tuple[str, ...]
+) -> ConfigError:
     """The error for an override of ``key``, which ``tree`` (composed with ``choices``) lacks."""
     head, _, rest = key.partition(".")
     message = f"unknown key {key} (in {line})"
@@ -199,12 +237,12 @@ def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, s
         message += f": {here} has {', '.join(settings) or 'no settings'}"
         owners = [
             f"{head}={option}"
-            for option in group_options(head)
-            if option != choices[head] and _has(OmegaConf.to_container(_option_node(head, option)), rest)
+            for option in group_options(head, searchpath)
+            if option != choices[head] and _has(OmegaConf.to_container(option_node(head, option, searchpath)), rest)
         ]
         if owners:
             return ConfigError(f"{message}; {rest} is a setting of {' and '.join(owners)}")
-    close = closest(key, [*_keys(tree), *groups()])
+    close = closest(key, [*_keys(tree), *groups(searchpath)])
     if close:
         message += f"; did you mean {' or '.join(close)}?"
     elif not rest:
@@ -212,12 +250,7 @@ def _unknown_key(key: str, line: str, tree: dict[str, Any], choices: dict[str, s
     return ConfigError(message)
 
 
-@cache
-def _option_node(group: str, option: str) -> Any:
-    return OmegaConf.load(group_folder(group) / f"{option}.yaml")
-
-
-def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str]) -> None:
+def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str], searchpath: tuple[str, ...]) -> None:
     """The key of a value override exists in ``tree``; ``+`` adds one only below the task's ``open_nodes``."""
     key, line = override.key_or_group, _line(override)
     exists = _has(tree, key)
@@ -229,7 +262,7 @@ def _check_key(override: Override, tree: dict[str, Any], choices: dict[str, str]
     if not exists and open_node and not override.is_force_add():
         raise ConfigError(f"{key} is not set by default: add it with +{line}")
     if not exists and not override.is_force_add():
-        raise _unknown_key(key, line, tree, choices)
+        raise _unknown_key(key, line, tree, choices, searchpath)
 
 
 def check_overrides(argv: list[str]) -> None:
@@ -275,8 +308,9 @@ def _check_code(override: Override) -> None:
 
 
 def _check_overrides(overrides: list[Override]) -> None:
-    _check_groups(overrides)
-    settings = [o for o in overrides if _group(o) is None and not o.is_hydra_override()]
+    searchpath = _searchpath(overrides)
+    _check_groups(overrides, searchpath)
+    settings = [o for o in overrides if _group(o, searchpath) is None and not o.is_hydra_override()]
     for override in settings:
         _check_code(override)
     for override in settings:
@@ -287,9 +321,9 @@ def _check_overrides(overrides: list[Override]) -> None:
                 except ValueError as exc:
                     raise ConfigError(str(exc)) from exc
     if any(not o.is_hydra_override() for o in overrides):  # a group another task brings fails to compose
-        for tree, choices in _composed(overrides):
+        for tree, choices in _composed(overrides, searchpath):
             for override in settings:
-                _check_key(override, tree, choices)
+                _check_key(override, tree, choices, searchpath)
 
 
 def check_new_run_dir(path: Path, key: str, ignore: Collection[str] = ()) -> None:

@@ -38,15 +38,16 @@ from omegaconf import DictConfig, OmegaConf
 
 from morlfed.checkpoint import Checkpointer, checkpoint_round
 from morlfed.config_groups import help_groups, task_class
+from morlfed.console import one_line_warnings
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, round_budgets
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
-from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv
+from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv, searchpath_argv
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
 from morlfed.projection import Projection, physical_memory
-from morlfed.provenance import code_version, describe_code
+from morlfed.provenance import code_version, describe_code, package_version
 from morlfed.resume import (
     RESUME_OR_BRANCH,
     branch_point,
@@ -153,14 +154,8 @@ def build_plan(cfg: DictConfig) -> Plan:
         raise ConfigError(f"algo={choices['algo']}: {cause}") from exc
     options = {k: v for k, v in cfg.executor.items() if k != "name"}
     try:
-        parallelism = resolve_parallelism(
-            cfg.executor.name,
-            options.get("workers"),
-            cfg.torch_threads,
-            n,
-            n * rounds * steps,
-            gpu_batched=task.gpu_batched,
-        )
+        asked = (cfg.executor.name, options.get("workers"), cfg.torch_threads, n, n * rounds * steps)  # budget last
+        parallelism = resolve_parallelism(*asked, gpu_batched=task.gpu_batched)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if cfg.executor.name == "auto":  # auto carries the process executor's options
@@ -327,7 +322,8 @@ def execute(cfg: DictConfig) -> dict[str, Any]:
             raise
 
 
-@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+# an absolute path: the installed ``morlfed`` script runs this module by name, not as a file
+@hydra.main(config_path=str(Path(__file__).resolve().parent / "conf"), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict | None:
     """The command line's run: :func:`execute`, with bad input as one error line and exit status 2.
 
@@ -419,9 +415,13 @@ OmegaConf.register_new_resolver("morlfed_id", lambda: secrets.token_hex(3), use_
 
 
 def cli() -> None:
-    """Entry point: one-line checks of the command line, then the hydra app."""
+    """Entry point (``morlfed``, ``python -m morlfed.run``): ``--version`` (morlfed's), the checks, the hydra app."""
+    if sys.argv[1:] in (["--version"], ["-V"]):
+        print(f"morlfed {package_version()}")
+        sys.exit(0)
+    one_line_warnings()
     try:
-        sys.argv[1:] = resume_argv(sys.argv[1:])
+        sys.argv[1:] = searchpath_argv(resume_argv(sys.argv[1:]))
         precheck_argv(sys.argv[1:])
         held = early_lock(sys.argv[1:])  # before hydra writes into the run directory
     except ValueError as exc:

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from morlfed.protocol import Evaluation
+
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -111,6 +113,32 @@ class RunDirectory:
         """Append a JSON line to ``clusters.jsonl`` (rewritten atomically)."""
         self._clusters.append(to_json(record))
         self.write_text("clusters.jsonl", "\n".join(self._clusters) + "\n")
+
+    def log_evaluations(self, round: int, evaluations: Mapping[int, Evaluation]) -> None:
+        """Add the deployed models' evaluations after ``round`` to ``evaluations.csv`` (rewritten atomically).
+
+        One row per client: ``round, client, scalarised, scalarised_discounted``, then each entry of
+        its ``vector_return_<k>`` and ``discounted_return_<k>``. Rows of this round or a later one,
+        written before a run resumed from an earlier checkpoint, are replaced.
+
+        :param round: the round after which the models were evaluated
+        :param evaluations: each client's evaluation
+        """
+        path = self.path / "evaluations.csv"
+        earlier = csv.DictReader(io.StringIO(path.read_text())) if path.is_file() else []
+        kept: list[dict[str, Any]] = [dict(r) for r in earlier if int(r["round"]) < round]
+        new: list[dict[str, Any]] = [
+            {
+                "round": round,
+                "client": cid,
+                "scalarised": ev.scalarised,
+                "scalarised_discounted": ev.scalarised_discounted,
+            }
+            | {f"vector_return_{k}": float(v) for k, v in enumerate(np.atleast_1d(ev.vector_return))}
+            | {f"discounted_return_{k}": float(v) for k, v in enumerate(np.atleast_1d(ev.discounted_return))}
+            for cid, ev in sorted(evaluations.items())
+        ]
+        self.write_csv("evaluations.csv", kept + new)
 
     def restore_logs(self, rounds: Iterable[Mapping[str, Any]], clusters: Iterable[str]) -> None:
         """Reload earlier rows (when resuming a run)."""

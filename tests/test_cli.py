@@ -32,8 +32,9 @@ def smoke(tmp_path_factory, morlfed_cli) -> Path:
 
 
 def test_smoke_run_writes_every_file(smoke: Path):
-    for name in (*LOG_FILES, "front.png", "similarity_1.npy"):  # the logs are what evaluate --keep-logs keeps
-        assert (smoke / name).is_file() and (smoke / name).stat().st_size > 0, name
+    logs = [name for name in LOG_FILES if name != "evaluations.csv"]  # that one needs eval_every
+    for name in (*logs, "front.png", "similarity_1.npy", "models/deployment.json", "models/model_0.safetensors"):
+        assert (smoke / name).is_file() and (smoke / name).stat().st_size > 0, name  # the logs: what archives keep
     prefs = pd.read_csv(smoke / "preferences.csv")
     np.testing.assert_allclose(prefs[["w_0", "w_1"]].to_numpy(), [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]])
     rounds = pd.read_csv(smoke / "rounds.csv")
@@ -88,7 +89,7 @@ def test_smoke_run_writes_every_file(smoke: Path):
 
 
 def test_a_fedpref_run_that_never_splits_warns_and_records_it(tmp_path: Path, morlfed_cli):
-    """eps = 0 can never be crossed: the run ends with the inert warning, on the console and in metrics.json."""
+    """A threshold of 0 can never be crossed: the run ends with the inert warning, on the console and in metrics.json."""
     out = tmp_path / "run"
     proc = morlfed_cli([*TINY, "algo.eps=0", f"hydra.run.dir={out}"], ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -170,6 +171,11 @@ def test_eval_every_logs_a_learning_curve_and_changes_nothing(smoke: Path, tmp_p
     assert rounds["mean_eval_scalarised"].notna().all() and len(rounds) == 2
     assert rounds["mean_eval_scalarised"].iloc[-1] == pytest.approx(pd.read_csv(out / "final.csv")["scalarised"].mean())
     assert "mean_eval_scalarised" not in pd.read_csv(smoke / "rounds.csv").columns
+    evaluations = pd.read_csv(out / "evaluations.csv")  # every client's, every round, the last one final.csv's
+    assert evaluations[["round", "client"]].values.tolist() == [[r, c] for r in (1, 2) for c in range(3)]
+    final = pd.read_csv(out / "final.csv")
+    assert evaluations["scalarised"].iloc[3:].tolist() == pytest.approx(final["scalarised"].tolist())
+    assert not (smoke / "evaluations.csv").exists()
 
 
 BAD_INPUTS = [

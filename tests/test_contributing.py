@@ -3,7 +3,9 @@
 "Add a strategy" (FedAvgM) and "Add an environment" (resource-gathering) each show the files to
 write, as code blocks titled with their paths, and a command. The test writes exactly those files
 into a copy of the package, checks that the recipe touched 2 files (a strategy) or 1 (an env),
-and runs the command there, from the copy's root, where ``python -m`` imports the copy.
+and runs the command there, from the copy's root, where ``python -m`` imports the copy. "An
+environment of your own" writes its files into an empty folder, outside any package, and runs its
+commands there on the installed package.
 """
 
 from __future__ import annotations
@@ -126,3 +128,40 @@ def test_the_new_strategy_matches_fedavg_without_momentum_and_resumes_its_veloci
     torch.testing.assert_close(clone.velocity, heavy.velocity)
     with pytest.raises(ValueError, match=r"momentum must be in \[0, 1\), got 1.0"):
         fedavgm(momentum=1.0)
+
+
+@pytest.mark.slow
+def test_an_environment_of_your_own_runs_from_a_folder_and_from_python(tmp_path):
+    section_text = section("Walkthrough: an environment of your own, without editing the package")
+    files = {path: body for _, _, path, body in BLOCK.findall(section_text) if path}
+    commands = [
+        line
+        for _, lang, path, body in BLOCK.findall(section_text)
+        if lang == "bash" and not path
+        for line in body.splitlines()
+        if line.startswith("python ")
+    ]
+    assert sorted(files) == ["my-conf/env/shallow-sea-treasure.yaml", "register_env.py"] and len(commands) == 2
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    folder_way = shlex.split(commands[0])[3:]  # python -m morlfed.run ARGS
+    run_dir = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "morlfed.run", *folder_way, "progress=false", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert (metrics["env"], metrics["rounds"]) == ("shallow-sea-treasure", 2)
+    assert "gamma: 0.9" in (run_dir / "config.yaml").read_text()
+    python_way = shlex.split(commands[1])
+    assert python_way == ["python", "register_env.py"]
+    done = subprocess.run(
+        [sys.executable, "register_env.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1].startswith("shallow-sea-treasure ")

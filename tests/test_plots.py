@@ -8,6 +8,7 @@ points, curves must show the mean and std over seeds, and the CLI must write eve
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 import subprocess
 import sys
@@ -26,15 +27,17 @@ from morlfed.analysis.charts import (
     cluster_evolution_figure,
     cluster_order,
     fronts_comparison_figure,
-    learning_curves_figure,
     metric_bars_figure,
     preference_groups,
     similarity_figure,
 )
+from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.partial import load_partial_run
 from morlfed.analysis.plot import main
 from morlfed.analysis.runs import load_run
+from morlfed.api import ExperimentResult
 from morlfed.figures import front_figure, plot_front, save_figure
+from morlfed.metrics import hypervolume
 from morlfed.runstatus import StopRecord, write_stopped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,6 +196,57 @@ def test_learning_curves_mean_and_std_band():
         learning_curves_figure(curves.drop(columns="seed"))
 
 
+def test_learning_curves_past_three_labels_are_small_multiples_over_env_steps():
+    labels = [f"variant {k}" for k in range(5)]
+    curves = pd.DataFrame(
+        [
+            {"label": label, "seed": seed, "round": r, "env_steps": 300 * r, "value": k + r + seed}
+            for k, label in enumerate(labels)
+            for seed in (0, 1)
+            for r in (1, 2, 3)
+        ]
+    )
+    fig = learning_curves_figure(curves, title="dst / dirichlet", x="env_steps")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == [f"{label} (2 seeds)" for label in labels]
+    assert {ax.get_xlabel() for ax in panels} == {"training env steps per client (budgeted)"}
+    for k, ax in enumerate(panels):  # its own mean and band in colour, the four others faint
+        own = [line for line in ax.get_lines() if line.get_label() == f"variant {k} (2 seeds)"]
+        assert len(own) == 1 and len(ax.get_lines()) == 5 and len(ax.collections) == 1
+        np.testing.assert_allclose(own[0].get_xdata(), [300, 600, 900])
+        np.testing.assert_allclose(own[0].get_ydata(), [k + 1.5, k + 2.5, k + 3.5])
+    few = learning_curves_figure(curves[curves["label"].isin(labels[:3])])
+    styles = [line.get_linestyle() for line in few.axes[0].get_lines()]
+    assert len(set(styles)) == 3 and len(few.axes[0].collections) == 3  # told apart without colour
+    assert few.axes[0].get_legend().get_title().get_text() == "mean, +- std over seeds"
+
+
+def test_fronts_of_many_algorithms_are_a_grid():
+    front = np.array([[0.0, 3.0], [2.0, 2.0], [3.0, 0.0]])
+    weights = np.array([[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]])
+    sets = {f"algo {k}": [(front + 0.1 * k, weights)] for k in range(6)}
+    fig = fronts_comparison_figure(sets, front, ["treasure", "time"])
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    assert len(panels) == 6
+    columns = {round(ax.get_position().x0, 3) for ax in panels}
+    rows = {round(ax.get_position().y0, 3) for ax in panels}
+    assert (len(columns), len(rows)) == (3, 2)
+    width, height = fig.get_size_inches()
+    assert width > height  # not one tall column
+
+
+def test_cluster_figures_say_what_the_colours_are_with_the_objectives_names():
+    history = {1: [list(range(6))], 2: [[0, 3], [1, 4], [2, 5]]}
+    fig = cluster_evolution_figure(history, GROUP_WEIGHTS, objectives=["treasure", "time"])
+    legend = fig.axes[0].get_legend()
+    assert legend.get_title().get_text() == "weights (treasure, time)"
+    assert [t.get_text() for t in legend.get_texts()] == ["(0.10, 0.90)", "(0.50, 0.50)", "(0.90, 0.10)"]
+    many = np.stack([np.linspace(0, 1, 20), 1 - np.linspace(0, 1, 20)], axis=1)
+    fig = cluster_evolution_figure({1: [list(range(20))]}, many, objectives=["treasure", "time"])
+    colour_bars = [ax for ax in fig.axes if ax.get_ylabel() == "client's weight on treasure"]
+    assert len(colour_bars) == 1
+
+
 def test_metric_bars_and_saving(tmp_path):
     summary = pd.DataFrame({"variant": ["x", "x", "y"], "hypervolume": [1.0, 3.0, 5.0], "igd": [0.5, 0.5, None]})
     fig = metric_bars_figure(summary, ["hypervolume", "igd"])
@@ -254,7 +308,7 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
     run = load_run(fedpref_run)
     assert run.similarity_rounds() == [1, 2, 3, 4] and sorted(run.cluster_history()) == [1, 2, 3, 4]
     assert main([str(fedpref_run), "--out", str(tmp_path), "--rounds", "1", "3"]) == 0
-    assert "wrote 12 files for 1 run to" in capsys.readouterr().out
+    assert "wrote 14 files for 1 run to" in capsys.readouterr().out
     stems = [
         "front_deep-sea-treasure_fedpref_groups_seed0",
         "similarity_deep-sea-treasure_fedpref_groups_seed0",
@@ -262,10 +316,14 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
         "fronts_deep-sea-treasure_groups",
         "learning_deep-sea-treasure_groups",
         "evaluation_deep-sea-treasure_groups",
+        "hypervolume_deep-sea-treasure_groups",
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{s}.{f}" for s in stems for f in ("png", "pdf"))
-    assert main([str(fedpref_run / "nope"), "--out", str(tmp_path)]) == 1
-    assert "no such file or directory" in capsys.readouterr().err
+    for mistyped in ([str(fedpref_run / "nope"), "--out", str(tmp_path)], [str(fedpref_run / "nope")]):
+        with pytest.raises(SystemExit) as exit:  # named as such, with or without --out
+            main(mistyped)
+        assert exit.value.code == 2
+        assert capsys.readouterr().err.endswith(f"error: {fedpref_run / 'nope'}: no such file or directory\n")
 
 
 def test_plot_writes_only_the_kinds_of_figure_asked_for(fedpref_run, tmp_path, capsys):
@@ -298,12 +356,12 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
     assert (partial.rounds_done, partial.rounds_total, partial.status) == (2, 4, "partial run: 2 of 4 rounds")
     figures = partial_figures(partial)
     stem = "deep-sea-treasure_fedpref_groups_seed0"
-    assert sorted(figures) == [f"clusters_{stem}", f"evaluation_{stem}", f"learning_{stem}"]
+    assert sorted(figures) == [f"clusters_{stem}", f"evaluation_{stem}", f"hypervolume_{stem}", f"learning_{stem}"]
     assert sorted(partial_figures(partial, kinds=["learning", "front"])) == [f"learning_{stem}"]
     with pytest.raises(ValueError, match=r"unknown figure kind\(s\) heatmap; valid: front, similarity"):
         partial_figures(partial, kinds=["heatmap"])
     curve = figures[f"learning_{stem}"]
-    assert curve.axes[0].get_title() == f"deep-sea-treasure / fedpref / groups / seed 0: {partial.status}"
+    assert curve.get_suptitle() == f"deep-sea-treasure / fedpref / groups / seed 0: {partial.status}"
     np.testing.assert_allclose(curve.axes[0].get_lines()[0].get_ydata(), partial.rounds["mean_train_reward"])
     assert curve.axes[0].get_xlim() == (0.5, 4.5)
 
@@ -311,7 +369,7 @@ def test_plot_shows_a_run_stopped_after_2_of_4_rounds(fedpref_run, tmp_path, cap
     assert main([str(stopped), "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "partial run: 2 of 4 rounds (no metrics.json yet)" in printed
-    assert "wrote 6 files for 0 runs and 1 partial run to" in printed
+    assert "wrote 8 files for 0 runs and 1 partial run to" in printed
     assert sorted(p.name for p in out.iterdir()) == sorted(f"{s}.{f}" for s in figures for f in ("png", "pdf"))
     (stopped / "rounds.csv").unlink()  # nothing to show before the first round: skipped, said why
     assert main([str(stopped), "--out", str(out)]) == 1
@@ -344,3 +402,39 @@ def test_a_stopped_run_beside_a_finished_one_of_the_same_configuration_overwrite
     for kind in ("clusters", "learning"):
         assert f"{kind}_{stem}_stopped.png" in files
     assert f"clusters_{stem}_finished.png" in files and f"front_{stem}_finished.png" in files
+
+
+def test_the_apis_figures_are_titled_and_labelled_as_the_command_lines(fedpref_run):
+    result = ExperimentResult.load(fedpref_run)
+    title = "deep-sea-treasure / fedpref / groups / seed 0"  # the command line's run_title
+    assert result.plot_front().get_suptitle() == f"{title} (discounted returns)"
+    curve = result.plot_learning()
+    assert curve.get_suptitle() == title and str(fedpref_run) not in curve.get_suptitle()
+    assert curve.axes[0].get_ylabel() == "mean scalarised training reward"
+    evaluation = result.plot_learning("mean_eval_scalarised", x="env_steps")
+    assert evaluation.axes[0].get_ylabel() == "mean scalarised return of the deployed models"
+    np.testing.assert_allclose(evaluation.axes[0].get_lines()[0].get_xdata(), [100, 200, 300, 400])
+
+
+@pytest.mark.filterwarnings("ignore::morlfed.metrics.ReferencePointWarning")  # a round at (0, -100)
+def test_the_deployed_models_hypervolume_over_rounds_is_a_curve(fedpref_run):
+    """``evaluations.csv`` holds every client's evaluation of each round; its last round is final.csv."""
+    evaluations = pd.read_csv(fedpref_run / "evaluations.csv")
+    assert sorted(evaluations["round"].unique()) == [1, 2, 3, 4] and len(evaluations) == 16
+    final = pd.read_csv(fedpref_run / "final.csv")
+    last = evaluations[evaluations["round"] == 4].reset_index(drop=True)
+    np.testing.assert_allclose(
+        last[["discounted_return_0", "discounted_return_1"]], final[["disc_return_0", "disc_return_1"]]
+    )
+    curve = ExperimentResult.load(fedpref_run).plot_learning("hypervolume")
+    values = curve.axes[0].get_lines()[0].get_ydata()
+    spec_ref = [0.0, -25.0]
+    expected = [
+        hypervolume(
+            evaluations.loc[evaluations["round"] == r, ["discounted_return_0", "discounted_return_1"]], spec_ref
+        )
+        for r in (1, 2, 3, 4)
+    ]
+    np.testing.assert_allclose(values, expected)
+    stored = json.loads((fedpref_run / "metrics.json").read_text())["discounted"]["hypervolume"]
+    assert values[-1] == pytest.approx(stored)

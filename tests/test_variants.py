@@ -74,3 +74,17 @@ def test_a_branched_run_is_the_same_variant_as_one_from_scratch(tmp_path, dst, c
         f"skipped {tmp_path / 'scratch'}: duplicate: same configuration and seed as {tmp_path / 'branched'}"
         in capsys.readouterr().err
     )
+
+
+def test_strategies_on_different_budgets_are_labelled_with_them(tmp_path, dst):
+    """Two strategies of one table on different budgets: never two bare names side by side."""
+    spec, front, front_u = dst
+    w = equally_spaced_weights(2, 3)
+    kw = dict(front=front, front_undisc=front_u)
+    write_run(tmp_path / "a", spec, w, front[:3], front_u[:3], algo="fedpref", local_steps=100, **kw)
+    write_run(tmp_path / "b", spec, w, front[:3], front_u[:3], algo="fedavg", local_steps=300, **kw)
+    write_run(tmp_path / "c", spec, w, front[:3], front_u[:3], algo="fedavg", local_steps=300, dist="dirichlet", **kw)
+    runs, _ = load_runs([tmp_path])
+    assert variant_labels(runs) == ["fedpref (local_steps=100)", "fedavg (local_steps=300)", "fedavg (local_steps=300)"]
+    same, _ = load_runs([tmp_path / "b", tmp_path / "c"])  # one budget: the names alone
+    assert variant_labels(same) == ["fedavg", "fedavg"]

@@ -260,6 +260,13 @@ class ClientHost:
         """
         return {cid: self.clients[cid].evaluate_client(cid, params, seed) for cid, params, seed in requests}
 
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Clients ``cids``' private personal models (``None``: one that has none yet).
+
+        :param cids: some of this host's client ids
+        """
+        return {cid: self.clients[cid].personal_model(cid) for cid in cids}
+
     def get_state(self, cid: int) -> dict[str, Any]:
         """Client ``cid``'s state (what a checkpoint stores for it).
 
@@ -378,6 +385,13 @@ class Executor(ABC):
 
         :param models: the model to evaluate by client id (``None``: the client's own)
         :param seeds: the evaluation seed by client id
+        """
+
+    @abstractmethod
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Clients ``cids``' private personal models (``None``: one that has none yet), for the run's files.
+
+        :param cids: client ids
         """
 
     @abstractmethod

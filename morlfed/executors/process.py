@@ -22,7 +22,7 @@ import multiprocessing
 import pickle
 import signal
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,8 @@ def _worker_main(
                     _send(conn, ("fit", result))
             elif command == "evaluate":
                 _send(conn, ("done", host.evaluate_many(payload)))
+            elif command == "personal":
+                _send(conn, ("done", host.personal_models(payload)))
             elif command == "save":
                 host.save(Path(payload))
                 _send(conn, ("done", None))
@@ -260,6 +262,15 @@ class ProcessExecutor(_RemoteExecutor):
         answers = self._call("evaluate", {g: items for g, items in per_host.items() if items})
         merged = {cid: ev for part in answers.values() for cid, ev in part.items()}
         return {cid: merged[cid] for cid in models}
+
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Ask each worker for its own clients' personal models.
+
+        :raises RuntimeError: a worker died or failed meanwhile
+        """
+        per_host = {g: [c for c in owned if c in cids] for g, owned in enumerate(self.assignment)}
+        answers = self._call("personal", {g: owned for g, owned in per_host.items() if owned})
+        return {cid: model for part in answers.values() for cid, model in part.items()}
 
     def save_clients(self, directory: Path) -> None:
         """Have every worker write its clients' states into ``directory`` and wait until all are done.

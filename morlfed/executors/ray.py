@@ -15,7 +15,7 @@ an optional extra (``pip install -e .[ray]``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,13 @@ class RayHost:
         :param seeds: the evaluation seeds by client id
         """
         return self.host.evaluate_many([(cid, _unpack(models[cid]), seeds[cid]) for cid in cids])
+
+    def personal_models(self, cids: list[int]) -> dict[int, torch.Tensor | None]:
+        """Clients ``cids``' personal models (:meth:`~morlfed.executors.base.ClientHost.personal_models`).
+
+        :param cids: some of this actor's clients
+        """
+        return self.host.personal_models(cids)
 
     def states(self) -> dict[int, bytes]:
         """Every client's serialised state."""
@@ -262,6 +269,15 @@ class RayExecutor(_RemoteExecutor):
                 self._events[-1] = f"actor {g} died during {command}; {self._events[-1]}; {command} retried"
                 answers.append(self.ray.get(call(g)))
         return answers
+
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Ask each actor for its own clients' personal models."""
+        calls = [
+            self.actors[g].personal_models.remote(owned)
+            for g, cids_of in enumerate(self.assignment)
+            if (owned := [c for c in cids_of if c in cids])
+        ]
+        return {cid: model for part in self.ray.get(calls) for cid, model in part.items()}
 
     def save_clients(self, directory: Path) -> None:
         """Fetch every actor's serialised client states and write them to ``directory/client_<cid>.safetensors``.

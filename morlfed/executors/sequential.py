@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -55,6 +55,10 @@ class SequentialExecutor(Executor):
         """Evaluate the models in this process, in one call to the host, in the order of ``models``."""
         out = self.host.evaluate_many([(cid, params, seeds[cid]) for cid, params in models.items()])
         return {cid: out[cid] for cid in models}
+
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Ask the host for the clients' personal models."""
+        return self.host.personal_models(cids)
 
     def save_clients(self, directory: Path) -> None:
         """Have the host write every client's state into ``directory``."""

@@ -9,6 +9,8 @@ in either engine and a model trained by one engine load into the other.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import torch
@@ -43,6 +45,33 @@ def build_agent(
     if action_noise is not None:
         kwargs["action_noise"] = action_noise
     return AGENTS[spec.agent]("MlpPolicy", env, seed=derive_seed(seed, "init"), device=device, **kwargs)
+
+
+def check_sb3_kwargs(spec: EnvSpec) -> None:
+    """Raise ``ValueError`` unless SB3's class of the spec's agent takes every ``agent_kwargs`` key.
+
+    The keys of ``agent_kwargs.policy_kwargs`` are checked against the class's ``MlpPolicy``. The
+    message names the keys it does not take and those it does.
+
+    :param spec: the env spec
+    """
+    algorithm = AGENTS[spec.agent]
+    kwargs = spec.sb3_kwargs
+    passed = ("self", "policy", "env", "seed", "device")  # what build_agent passes itself
+    _refuse(kwargs, algorithm.__init__, passed, f"stable_baselines3.{algorithm.__name__}", "agent_kwargs")
+    policy = algorithm.policy_aliases["MlpPolicy"]
+    spaces = ("self", "observation_space", "action_space", "lr_schedule")  # what SB3 passes its policy
+    _refuse(kwargs.get("policy_kwargs") or {}, policy.__init__, spaces, policy.__name__, "agent_kwargs.policy_kwargs")
+
+
+def _refuse(kwargs: Mapping[str, Any], function: Callable[..., Any], own: Collection[str], name: str, key: str) -> None:
+    """Raise ``ValueError`` naming the keys of ``kwargs`` that ``function`` does not take (or that morlfed sets)."""
+    params = inspect.signature(function).parameters.values()
+    named = (p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    takes = sorted(n for n in named if n not in own and not n.startswith("_"))
+    unknown = sorted(set(kwargs) - set(takes))
+    if unknown:
+        raise ValueError(f"{key} {', '.join(unknown)}: not an argument of {name}, which takes {', '.join(takes)}")
 
 
 def layout_of(online: dict[str, torch.nn.Module]) -> ParamLayout:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from morlfed.envs import EnvSpec
+from morlfed.tasks.rl.agent import check_sb3_kwargs
 
 
 @dataclass
@@ -38,7 +39,9 @@ class RLFactory:
     def check_spec(cls, spec: EnvSpec) -> None:
         """Raise ``ValueError`` naming what in ``spec`` this engine does not implement.
 
-        By default nothing is raised: the engine passes every SB3 argument to SB3.
+        By default it refuses what SB3 does not take (:func:`~morlfed.tasks.rl.agent.check_sb3_kwargs`):
+        the engine passes every SB3 argument to SB3.
 
         :param spec: the environment spec a run asks for
         """
+        check_sb3_kwargs(spec)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from morlfed.envs import EnvSpec
+from morlfed.envs import EnvSpec, check_env_kwargs
 from morlfed.federation import FederationConfig, FederationOutcome
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import generator
@@ -88,6 +88,7 @@ class RLTask(Task):
             engine = spec.engine
         if engine not in ENGINES:
             raise ValueError(f"engine={engine} is not an engine; valid: auto, {', '.join(ENGINES)}")
+        check_env_kwargs(spec)
         ENGINES[engine]().check_spec(spec)
         precision = resolve_precision(precision, spec, engine, device)
         if precision != "fp32" and (engine != "vectorised" or spec.agent != "dqn"):
