@@ -6,13 +6,11 @@ For each round: choose the participants (seeded), ``strategy.configure`` -> the 
 includes every client and is not aggregated: each client deploys the model it just trained.
 At the end every client's deployed model is evaluated and written to ``models/``
 (:mod:`morlfed.deployment`); with ``eval_every=k`` also evaluated after every k-th round, into
-``rounds.csv`` (``mean_eval_scalarised``, the learning curve of the deployed models; the last
-round's value is the final evaluation's) and, client by client, ``evaluations.csv``. With a
-checkpointer, a checkpoint is written after every round but the last (and after the last when
-``checkpoint_every`` asks for it), so that a stop loses at most the round in progress: Ctrl-C or
-SIGTERM abandon the round at once and the run ends with :class:`~morlfed.interrupt.RunStopped`
-(:mod:`morlfed.checkpoint`, :mod:`morlfed.interrupt`); :meth:`Federation.resume` continues from
-the latest. The progress bar (:mod:`morlfed.progress`) counts the budget and advances with each client's fit.
+``rounds.csv`` (``mean_eval_scalarised``, the deployed models' learning curve) and, client by
+client, ``evaluations.csv``. With a checkpointer, a checkpoint is written after every round but
+the last (and the last when ``checkpoint_every`` asks), so a stop (Ctrl-C, SIGTERM:
+:class:`~morlfed.interrupt.RunStopped`) loses at most the round in progress;
+:meth:`Federation.resume` continues from the latest. The progress bar counts the budget.
 """
 
 from __future__ import annotations
@@ -134,10 +132,7 @@ class FederationOutcome:
         return record
 
     def strategy_record(self) -> dict[str, Any]:
-        """What ``metrics.json`` keeps of the strategy's own account of the run.
-
-        ``inert_warning``, and ``split_events`` for a strategy that splits clusters.
-        """
+        """What ``metrics.json`` keeps of the strategy's account: ``inert_warning``, ``split_events`` if it splits."""
         record: dict[str, Any] = {"inert_warning": self.inert_warning}
         if self.split_events is not None:
             record["split_events"] = self.split_events
@@ -426,10 +421,7 @@ class Federation:
         if diag:
             self.run_dir.log_clusters({"round": rnd, **diag})
         if self.cfg.save_similarity and aggregated and self.strategy.similarity():
-            full = np.full((self.cfg.n_clients, self.cfg.n_clients), np.nan, dtype=np.float32)
-            for cids, block in self.strategy.similarity().items():
-                full[np.ix_(cids, cids)] = block.numpy()
-            self.run_dir.write_npy(f"similarity_{rnd}.npy", full)
+            self.run_dir.write_similarity(rnd, self.cfg.n_clients, self.strategy.similarity())
 
 
 def split_results(results: dict[int, FitResult | ClientFailure]) -> tuple[dict[int, FitResult], dict[int, str]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from morlfed.protocol import Evaluation
 
@@ -92,6 +93,18 @@ class RunDirectory:
     def write_json(self, name: str, obj: Any) -> None:
         """Write JSON atomically."""
         self.write_text(name, to_json(obj, indent=2) + "\n")
+
+    def write_similarity(self, round: int, n_clients: int, blocks: Mapping[tuple[int, ...], torch.Tensor]) -> None:
+        """Write ``similarity_<round>.npy``: the ``[n, n]`` matrix of a round's similarity blocks, NaN elsewhere.
+
+        :param round: the round the blocks were computed in
+        :param n_clients: the run's number of clients
+        :param blocks: ``{client ids: [k, k] similarities}``, one per cluster with participants
+        """
+        full = np.full((n_clients, n_clients), np.nan, dtype=np.float32)
+        for cids, block in blocks.items():
+            full[np.ix_(cids, cids)] = block.numpy()
+        self.write_npy(f"similarity_{round}.npy", full)
 
     def write_npy(self, name: str, array: np.ndarray) -> None:
         """Write a ``.npy`` array atomically."""
