@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -50,8 +50,7 @@ def test_the_configs_with_a_target_are_found() -> None:
 @pytest.mark.parametrize("path", TARGET_CONFIGS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_a_config_writes_down_exactly_its_classes_defaults(path: Path) -> None:
     # resolved on its own: a setting that an env spec can set (FedPref's eps) falls back to its default
-    written = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
-    assert isinstance(written, dict)
+    written = cast("dict[str, Any]", OmegaConf.to_container(OmegaConf.load(path), resolve=True))
     target = written.pop("_target_")
     defaults = constructor_defaults(target)
     assert set(written) == set(defaults), (

@@ -8,7 +8,7 @@ import torch
 from conftest import load_bench
 
 
-def _products(chain) -> list[tuple[int, ...]]:
+def _products(chain, monkeypatch) -> list[tuple[int, ...]]:
     """The shapes of the ``torch.bmm`` products one call of ``chain`` makes."""
     seen: list[tuple[int, ...]] = []
     bmm = torch.bmm
@@ -17,25 +17,23 @@ def _products(chain) -> list[tuple[int, ...]]:
         seen.append((*a.shape, b.shape[-1]))
         return bmm(a, b, **kwargs)
 
-    torch.bmm = counted
-    try:
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "bmm", counted)
         chain()
-    finally:
-        torch.bmm = bmm
     return seen
 
 
-def test_the_dqn_floor_is_two_forward_passes_and_one_backward_pass():
+def test_the_dqn_floor_is_two_forward_passes_and_one_backward_pass(monkeypatch):
     bench = load_bench("engine_floor")
     chain = bench.floor_chain({"q": [(8, 16), (16, 16), (16, 4)]}, 2, 5, torch.float32)
     # target and online forward (3 + 3), weight gradients (3), input gradients but the first layer's (2)
-    assert len(_products(chain)) == 11
+    assert len(_products(chain, monkeypatch)) == 11
 
 
-def test_the_ddpg_floor_has_the_28_products_of_a_ddpg_step():
+def test_the_ddpg_floor_has_the_28_products_of_a_ddpg_step(monkeypatch):
     bench = load_bench("engine_floor")
     shapes = {"actor": [(8, 16), (16, 12), (12, 2)], "critic": [(10, 16), (16, 12), (12, 1)]}
-    products = _products(bench.floor_chain(shapes, 2, 5, torch.float32))
+    products = _products(bench.floor_chain(shapes, 2, 5, torch.float32), monkeypatch)
     # target actor, target critic (6); critic forward, weight and input gradients (3 + 3 + 2); actor
     # forward, critic forward, critic input gradients to its input (3 + 3 + 3); actor weight and
     # input gradients (3 + 2)
