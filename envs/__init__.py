@@ -30,18 +30,8 @@ from .factory import (
     reset_env,
     validate_weights,
 )
-from .spec import (
-    AGENTS,
-    CONF_DIR,
-    ENV_CONF_DIR,
-    SPEC_ENGINES,
-    EnvSpec,
-    aliases,
-    available,
-    get_spec,
-    register,
-    resolve_name,
-)
+from .registry import aliases, available, get_spec, register, resolve_name
+from .spec import AGENTS, CONF_DIR, ENV_CONF_DIR, SPEC_ENGINES, EnvSpec
 
 __all__ = [
     "AGENTS",

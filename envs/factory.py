@@ -40,7 +40,8 @@ import numpy as np
 
 from morlfed.commands import pip_install
 
-from .spec import EnvSpec, get_spec
+from .registry import get_spec
+from .spec import EnvSpec
 
 if TYPE_CHECKING:
     from stable_baselines3.common.monitor import Monitor
@@ -329,7 +330,7 @@ def _find_isolation(env: gym.Env) -> GlobalNumpyRNGIsolation | None:
 
 @cache
 def _global_numpy_gym_ids() -> frozenset[str]:
-    from .spec import available
+    from .registry import available
 
     ids = {get_spec(n).gym_id for n in available() if get_spec(n).seeds_global_numpy}
     return frozenset(ids | {"minecart-v0", "minecart-rgb-v0"})

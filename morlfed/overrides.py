@@ -1,9 +1,7 @@
 """The command line, checked before hydra composes it.
 
 A command line that fails a check gets one ``morlfed: error:`` line and exit status 2, and nothing
-is written.
-
-Left to hydra, an unknown key is a multi-line trace (``evn=...``) or, with ``+``, a key that
+is written. Left to hydra, an unknown key is a multi-line trace (``evn=...``) or, with ``+``, a key that
 nothing reads (``+evn=...`` runs the default environment, ``+n_client=5`` is ignored); a value is
 taken as whatever it parses to (``finetune=maybe``); and the output directory is created, and
 hydra's files written into it, even when it holds another run. :func:`precheck_argv` refuses, first:

@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 
 import morlfed
 from morlfed import envs
-from morlfed.envs import spec as spec_module
+from morlfed.envs import registry
 from morlfed.settings import ConfigError
 
 TINY: dict[str, Any] = {"n_clients": 2, "rounds": 1, "local_steps": 100, "progress": False}
@@ -74,7 +74,7 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """Specs registered by the test are forgotten after it (hydra's store and morlfed's)."""
     store = ConfigStore.instance()
     monkeypatch.setattr(store, "repo", copy.deepcopy(store.repo))
-    monkeypatch.setattr(spec_module, "_REGISTERED", {})
+    monkeypatch.setattr(registry, "_REGISTERED", {})
 
 
 def test_a_registered_spec_runs_by_name(tmp_path: Path, clean_registry: None) -> None:
