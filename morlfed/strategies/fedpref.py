@@ -249,9 +249,7 @@ class FedPref(PersonalisedStrategy):
         cluster split, the clustering is off, or the run was resumed from a checkpoint that
         predates the record.
         """
-        if not self.clustering or self.splits_so_far != [] or self.unsplit_norms is None:
-            return None
-        if self.n_clients < 2:
+        if not self.clustering or self.splits_so_far != [] or self.unsplit_norms is None or self.n_clients < 2:
             return None
         head = "fedpref: no cluster split, so this run was FedPref's weighting-only ablation"
         rounds = [rnd for rnd, _, _ in self.unsplit_norms]
@@ -273,7 +271,7 @@ class FedPref(PersonalisedStrategy):
             f"{self.patience} consecutive rounds; the smallest ratio of that norm to the largest seen was "
             f"{ratios[low]:.3g} (round {rounds[low]}), and eps above {windows[first]:.3g} "
             f"(eps_mode={self.eps_mode}) would have split at round {rounds[first + self.patience - 1]}. Set "
-            "algo.eps (or the env spec's strategy_settings.fedpref.eps) from the update_norms in "
+            "algo.eps (or the env spec's fedpref.eps) from the update_norms in "
             "clusters.jsonl (docs/algorithms.md#fedpref)"
         )
 
@@ -296,7 +294,7 @@ class FedPref(PersonalisedStrategy):
             "refs": [r.clone() for r in self.refs],
             "below": list(self.below),
             "largest_norm": self.largest_norm,
-            "unsplit_norms": None if self.unsplit_norms is None else [list(pair) for pair in self.unsplit_norms],
+            "unsplit_norms": None if self.unsplit_norms is None else [list(entry) for entry in self.unsplit_norms],
             "splits_so_far": None if self.splits_so_far is None else list(self.splits_so_far),
         }
 
