@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from morlfed.deployment import MODELS, Deployment
+from morlfed.deployment import MODELS, Deployment, check_models
 from morlfed.executors import Executor
 from morlfed.manifest import MANIFEST, CorruptError, verify_manifest, write_manifest
 from morlfed.safestate import CONVERT, UnsafeStateError, check_state, load_state, save_state
@@ -183,7 +183,7 @@ class Checkpointer:
 
 
 def check_checkpoint(path: Path) -> None:
-    """Check a checkpoint's files against its manifest and read each state file's format (no tensor data).
+    """Check a checkpoint's files against its manifest and read each state and model file's format (no tensor data).
 
     :param path: a checkpoint directory
     :raises CorruptError: a file is missing, altered or unlisted (the message names it)
@@ -193,6 +193,8 @@ def check_checkpoint(path: Path) -> None:
     check_state(Path(path) / SERVER)
     for client in sorted((Path(path) / "clients").glob("*.safetensors")):
         check_state(client)
+    if (Path(path) / MODELS).is_dir():
+        check_models(Path(path) / MODELS)
 
 
 def checkpoint_round(path: Path) -> int:

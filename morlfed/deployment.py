@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from morlfed.executors import Executor
 from morlfed.params import ParamLayout
+from morlfed.safestate import UnsafeStateError, refusal
 
 #: the folder of a run directory (and of each checkpoint) that holds the deployed models
 MODELS = "models"
@@ -164,6 +166,31 @@ class Deployment:
         client_model = {int(c["client"]): files.index(c["file"]) for c in clients}
         model_ids = {int(c["client"]): int(c["model_id"]) for c in clients}
         return cls(int(record["round"]), layout, models, client_model, model_ids, str(record["model_id_note"]))
+
+
+def check_models(directory: Path) -> None:
+    """Check a ``models`` folder's files without loading a tensor: the map parses and each model is safetensors.
+
+    :param directory: a ``models`` folder (of a run directory or of a checkpoint)
+    :raises UnsafeStateError: a file is not what :meth:`Deployment.write` writes (the message names it)
+    """
+    directory = Path(directory)
+    path = directory / MAP_FILE
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise ValueError(f"its format is not {FORMAT!r}")
+        files = [str(entry["file"]) for entry in record["models"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+        raise UnsafeStateError(f"{path}: not a {FORMAT} map (JSON): {str(exc).splitlines()[0]}") from exc
+    for file in files:
+        try:
+            with safe_open(str(directory / file), framework="pt") as fh:
+                fh.keys()
+        except (SafetensorError, OSError) as exc:
+            with open(directory / file, "rb") as raw:
+                head = raw.read(9)
+            raise refusal(str(directory / file), head, exc, "safetensors") from exc
 
 
 def deployed_weights(

@@ -131,11 +131,19 @@ def state_from_bytes(data: bytes, name: str = "state") -> Any:
         tree = json.loads(bytes(tensors.pop(TREE).numpy()).decode())
         return _decode(tree, tensors)
     except (SafetensorError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
-        raise _refusal(name, data[:9], exc) from exc
+        raise refusal(name, data[:9], exc) from exc
 
 
-def _refusal(name: str, head: bytes, exc: BaseException) -> UnsafeStateError:
-    """The error for the file ``name`` (its first 9 bytes: ``head``) that is not a state file."""
+def refusal(
+    name: str, head: bytes, exc: BaseException, expected: str = "morlfed state file (safetensors with a data tree)"
+) -> UnsafeStateError:
+    """The error for the file ``name`` that is not what it should be, saying whether it is a pickle.
+
+    :param name: how the error names the file
+    :param head: the file's first 9 bytes
+    :param exc: what failed when the file was read
+    :param expected: what the file should have been
+    """
     # torch.save's zip, or a bare pickle (a safetensors file's JSON header starts at byte 8)
     if head[:4] == b"PK\x03\x04" or (head[:1] == b"\x80" and head[8:9] != b"{"):
         return UnsafeStateError(
@@ -143,7 +151,7 @@ def _refusal(name: str, head: bytes, exc: BaseException) -> UnsafeStateError:
             f"earlier morlfed wrote in a run directory you trust, convert it with {CONVERT})"
         )
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return UnsafeStateError(f"{name}: not a morlfed state file (safetensors with a data tree): {detail}")
+    return UnsafeStateError(f"{name}: not a {expected}: {detail}")
 
 
 def save_state(path: Path, state: Any) -> None:
@@ -184,7 +192,7 @@ def check_state(path: Path) -> None:
     except (SafetensorError, OSError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
         with open(path, "rb") as fh:
             head = fh.read(9)
-        raise _refusal(str(path), head, exc) from exc
+        raise refusal(str(path), head, exc) from exc
 
 
 def _references(node: Any) -> set[str]:

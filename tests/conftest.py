@@ -7,7 +7,7 @@ import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,18 @@ CANONICAL_ENVS = [
 ]
 HAS_MUJOCO = importlib.util.find_spec("mujoco") is not None
 NO_MUJOCO_REASON = "mujoco is not installed (pip install -e .[mujoco])"
+
+
+@pytest.fixture(autouse=True)
+def no_hydra_state_left_behind() -> Iterator[None]:
+    """Clear hydra's process-wide config after each test.
+
+    A test that composes a configuration in-process sets it, and the API's tests check that a call
+    leaves the process as it was: under ``pytest -n``, any test may run before them in one worker.
+    """
+    yield
+    HydraConfig.instance().cfg = None
+    GlobalHydra.instance().clear()
 
 
 @pytest.fixture(scope="session")

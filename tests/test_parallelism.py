@@ -77,6 +77,7 @@ def test_the_cli_refuses_a_bad_torch_threads_before_anything_runs(
 def _run(morlfed_cli: CliRunner, path: Path, *overrides: str) -> dict:
     """A tiny mo-lunar-lander run (256-unit networks: large enough for torch to use its threads)."""
     args = ["env=mo-lunar-lander", "n_clients=2", "rounds=1", "local_steps=200", "env.eval_episodes=1"]
+    args.append("env.max_episode_steps=200")  # a short evaluation: the training is what threads could change
     done = morlfed_cli([*args, *overrides, "progress=false", f"hydra.run.dir={path}"])
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((path / "metrics.json").read_text())

@@ -229,6 +229,9 @@ def test_a_pickle_in_any_checkpoint_file_is_refused_and_no_code_runs(finished: P
         "clients/client_0.safetensors",
         "clients/client_1.safetensors",
         "manifest.json",
+        "models/deployment.json",
+        "models/model_0.safetensors",
+        "models/model_1.safetensors",
         "server.safetensors",
     ]
     for k, name in enumerate(files):

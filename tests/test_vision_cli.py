@@ -84,10 +84,14 @@ def test_every_strategy_writes_a_complete_vision_run(sweep, algo):
 
 @pytest.mark.parametrize(
     ("algo", "warning", "inert"),
-    [("cfl", "cfl: no cluster split", True), ("ifca", "ifca: every client ends on", False)],
+    [
+        ("cfl", "cfl: no cluster split", True),
+        ("fedpref", "fedpref: no cluster split", True),
+        ("ifca", "ifca: every client ends on", False),
+    ],
 )
 def test_a_run_that_left_its_strategy_inert_says_so_in_its_log(sweep, algo, warning, inert):
-    """Two rounds are too few for CFL to split (one cluster in ``clusters.jsonl``): its log says so.
+    """Two rounds are too few for CFL or FedPref (patience 2) to split (one cluster in ``clusters.jsonl``): logged.
 
     IFCA's clients spread over its models on digits: no warning.
     """
@@ -115,11 +119,14 @@ def test_analysis_evaluate_tables_vision_runs(sweep, tmp_path):
         and "### Mean L-acc (%) (↑ higher is better)" in text
     )
     assert "| fedfew | 1 |" in text and "| algorithm | n | digits |" in text
-    # CFL never split in two rounds: its row is marked and its run listed with its warning
-    inert = summary[summary["inert_warning"].notna()]
-    assert list(inert["algo"]) == ["cfl"] and inert["inert_warning"].iloc[0].startswith("cfl: no cluster split")
-    assert "| cfl ⚠ 1/1 | 1 |" in text and "| ifca | 1 |" in text
-    assert f"- `{inert['name'].iloc[0]}` (cfl, dirichlet, seed 0): cfl: no cluster split" in text
+    # CFL and FedPref never split in two rounds: their rows are marked and their runs listed with their warnings
+    inert = summary[summary["inert_warning"].notna()].set_index("algo")
+    assert sorted(inert.index) == ["cfl", "fedpref"]
+    for algo in ("cfl", "fedpref"):
+        assert inert.loc[algo, "inert_warning"].startswith(f"{algo}: no cluster split")
+        assert f"| {algo} ⚠ 1/1 | 1 |" in text
+        assert f"- `{inert.loc[algo, 'name']}` ({algo}, dirichlet, seed 0): {algo}: no cluster split" in text
+    assert "| ifca | 1 |" in text
     assert (tmp_path / "vision_stats.csv").is_file()
     assert not (tmp_path / "summary.csv").exists()  # no RL run in this campaign
 
