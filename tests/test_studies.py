@@ -142,7 +142,7 @@ def sweep(study: str, overrides: list[str]) -> tuple[list[list[str]], list[Any]]
     for override in parser.parse_overrides(overrides):
         key = override.get_key_element()
         if key in params or override.is_sweep_override():
-            params[key] = override.get_value_element_as_str()
+            params[key] = str(override.input_line).partition("=")[2]  # a sweep has no value string
         else:
             fixed.append(str(override.input_line))
     axes: dict[str, list[Any]] = {}
