@@ -128,6 +128,13 @@ class StackedDDPG(StackedLearner):
         self.actor_target = aligned_rows(n, len(actor), self.device).copy_(actor)
         #: the target critics, ``[N, d_critic]``
         self.critic_target = aligned_rows(n, len(critic), self.device).copy_(critic)
+        #: the actor's and the critic's gradient buffers, ``[N, d_net]``, reused from step to step (a step
+        #: of k clients uses the first k rows; backward overwrites every entry); once Adam has taken
+        #: them, they hold the target updates' ``online * tau``
+        self._grads = {
+            "actor": aligned_rows(n, len(actor), self.device),
+            "critic": aligned_rows(n, len(critic), self.device),
+        }
         cpu = self.device.type == "cpu"
         self._actor_numpy = {k: v.numpy() for k, v in self.actor_mlp.views(self.actor).items()} if cpu else None
         lr = float(agent.learning_rate)  # type: ignore[arg-type]
@@ -223,7 +230,7 @@ class StackedDDPG(StackedLearner):
         target_q = rewards + (1 - dones) * self.gamma * next_q.min(dim=2, keepdim=True).values
         # 2. the critic step
         critic = networks(self.critic)
-        views, critic_grad = self.critic_mlps[0].views(critic), aligned_rows(len(critic), critic.shape[1], self.device)
+        views, critic_grad = self.critic_mlps[0].views(critic), self._grads["critic"][: len(critic)]
         grad_views = self.critic_mlps[0].views(critic_grad)
         critic_in = torch.cat([obs, actions], dim=2)
         critic_loss = torch.zeros(len(critic), device=self.device)
@@ -234,8 +241,9 @@ class StackedDDPG(StackedLearner):
         _add_proximal(critic_grad, critic, mu, centre[:, self._split :])
         self.critic_optimiser.step(mask, {"critic": critic_grad})
         # 3. the actor step, through the updated critic (whose parameters it does not differentiate)
-        critic_now, actor = self.critic_mlps[0].views(networks(self.critic)), networks(self.actor)
-        actor_views, actor_grad = self.actor_mlp.views(actor), aligned_rows(len(actor), actor.shape[1], self.device)
+        critic, actor = networks(self.critic), networks(self.actor)
+        critic_now = self.critic_mlps[0].views(critic)
+        actor_views, actor_grad = self.actor_mlp.views(actor), self._grads["actor"][: len(actor)]
         new_actions, actor_saved = self.actor_mlp.forward(actor_views, obs, keep=True)
         q, saved = self.critic_mlps[0].forward(critic_now, torch.cat([obs, new_actions], dim=2), keep=True)
         actor_loss = -q.mean(dim=(1, 2))
@@ -244,13 +252,18 @@ class StackedDDPG(StackedLearner):
         self.actor_mlp.backward(actor_views, actor_saved, d_in[..., self._obs_dim :], self.actor_mlp.views(actor_grad))
         _add_proximal(actor_grad, actor, mu, centre[:, : self._split])
         self.actor_optimiser.step(mask, {"actor": actor_grad})
-        # 4. the target updates (no fused multiply-add: a client's result never depends on its batch)
-        for online, target in ((self.critic, self.critic_target), (self.actor, self.actor_target)):
-            moved = networks(target).mul(1 - self.tau).add_(networks(online) * self.tau)
+        # 4. the target updates, target * (1 - tau) + online * tau rounded product by product (no fused
+        # multiply-add: a client's result never depends on its batch), in place when every client steps;
+        # the critic is the one the actor's step read, and the spent gradient buffers hold online * tau
+        for online, target, scratch in (
+            (critic, self.critic_target, critic_grad),
+            (networks(self.actor), self.actor_target, actor_grad),
+        ):
+            moved = torch.mul(online, self.tau, out=scratch)
             if rows is None:
-                target.copy_(moved)
+                target.mul_(1 - self.tau).add_(moved)
             else:
-                target.index_copy_(0, rows, moved)
+                target.index_copy_(0, rows, networks(target).mul_(1 - self.tau).add_(moved))
         return {"actor_loss": self._spread(actor_loss, rows), "critic_loss": self._spread(critic_loss, rows)}
 
     def _spread(self, values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
