@@ -41,7 +41,7 @@ from torch import nn
 from morlfed.params import ParamLayout
 from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
-from morlfed.tasks.rl.vectorised.mlp import StackedMLP, aligned_rows, select_rows
+from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows, select_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
 
 
@@ -135,6 +135,11 @@ class StackedDDPG(StackedLearner):
             "actor": aligned_rows(n, len(actor), self.device),
             "critic": aligned_rows(n, len(critic), self.device),
         }
+        # buffers for the layers' outputs and the gradients between layers, reused from step to step: a
+        # network's target pass and online pass share its forward buffers (the target's outputs are spent
+        # before the online pass begins), one set per critic (the target critics' outputs meet in the min)
+        self._workspaces = {"actor": Workspace(), "actor_backward": Workspace(), "critic_backward": Workspace()}
+        self._critic_workspaces = [Workspace() for _ in self.critic_mlps]
         cpu = self.device.type == "cpu"
         self._actor_numpy = {k: v.numpy() for k, v in self.actor_mlp.views(self.actor).items()} if cpu else None
         lr = float(agent.learning_rate)  # type: ignore[arg-type]
@@ -222,11 +227,15 @@ class StackedDDPG(StackedLearner):
         rewards, dones = pick(batch.rewards), pick(batch.dones)
         mu, centre = pick(prox_mu.to(self.device, torch.float32)), pick(prox_centre.to(self.device, torch.float32))
         # 1. the TD target
-        critic_target = self.critic_mlps[0].views(networks(self.critic_target))
-        next_actions = self.actor_mlp.forward(self.actor_mlp.views(networks(self.actor_target)), next_obs)[0]
-        next_actions = next_actions.clamp(-1, 1)
-        target_in = torch.cat([next_obs, next_actions], dim=2)
-        next_q = torch.cat([mlp.forward(critic_target, target_in)[0] for mlp in self.critic_mlps], dim=2)
+        ws, critic_ws = self._workspaces, self._critic_workspaces
+        critic_target, actor_target = networks(self.critic_target), networks(self.actor_target)
+        next_actions = self.actor_mlp.forward(self.actor_mlp.views(actor_target), next_obs, workspace=ws["actor"])[0]
+        target_in = torch.cat([next_obs, next_actions.clamp(-1, 1)], dim=2)
+        target_views = self.critic_mlps[0].views(critic_target)
+        next_q = torch.cat(
+            [mlp.forward(target_views, target_in, workspace=w)[0] for mlp, w in zip(self.critic_mlps, critic_ws)],
+            dim=2,
+        )
         target_q = rewards + (1 - dones) * self.gamma * next_q.min(dim=2, keepdim=True).values
         # 2. the critic step
         critic = networks(self.critic)
@@ -234,22 +243,24 @@ class StackedDDPG(StackedLearner):
         grad_views = self.critic_mlps[0].views(critic_grad)
         critic_in = torch.cat([obs, actions], dim=2)
         critic_loss = torch.zeros(len(critic), device=self.device)
-        for mlp in self.critic_mlps:
-            q, saved = mlp.forward(views, critic_in, keep=True)
+        for mlp, w in zip(self.critic_mlps, critic_ws):
+            q, saved = mlp.forward(views, critic_in, keep=True, workspace=w)
             critic_loss += ((q - target_q) ** 2).mean(dim=(1, 2))
-            mlp.backward(views, saved, (q - target_q) * (2.0 / q.shape[1]), grad_views)
+            mlp.backward(views, saved, (q - target_q) * (2.0 / q.shape[1]), grad_views, ws["critic_backward"])
         _add_proximal(critic_grad, critic, mu, centre[:, self._split :])
         self.critic_optimiser.step(mask, {"critic": critic_grad})
         # 3. the actor step, through the updated critic (whose parameters it does not differentiate)
         critic, actor = networks(self.critic), networks(self.actor)
         critic_now = self.critic_mlps[0].views(critic)
         actor_views, actor_grad = self.actor_mlp.views(actor), self._grads["actor"][: len(actor)]
-        new_actions, actor_saved = self.actor_mlp.forward(actor_views, obs, keep=True)
-        q, saved = self.critic_mlps[0].forward(critic_now, torch.cat([obs, new_actions], dim=2), keep=True)
+        new_actions, actor_saved = self.actor_mlp.forward(actor_views, obs, keep=True, workspace=ws["actor"])
+        actor_in = torch.cat([obs, new_actions], dim=2)
+        q, saved = self.critic_mlps[0].forward(critic_now, actor_in, keep=True, workspace=critic_ws[0])
         actor_loss = -q.mean(dim=(1, 2))
         d_q = torch.full_like(q, -1.0 / q.shape[1])
-        d_in = self.critic_mlps[0].input_gradient(critic_now, saved, d_q)
-        self.actor_mlp.backward(actor_views, actor_saved, d_in[..., self._obs_dim :], self.actor_mlp.views(actor_grad))
+        d_in = self.critic_mlps[0].input_gradient(critic_now, saved, d_q, ws["critic_backward"])
+        d_actions, actor_grad_views = d_in[..., self._obs_dim :], self.actor_mlp.views(actor_grad)
+        self.actor_mlp.backward(actor_views, actor_saved, d_actions, actor_grad_views, ws["actor_backward"])
         _add_proximal(actor_grad, actor, mu, centre[:, : self._split])
         self.actor_optimiser.step(mask, {"actor": actor_grad})
         # 4. the target updates, target * (1 - tau) + online * tau rounded product by product (no fused

@@ -102,7 +102,8 @@ class Workspace:
 
     A fresh ``[N, B, width]`` tensor per layer and step costs more than its arithmetic on the CPU:
     every large allocation is new memory that the kernel must map in, page by page. A workspace
-    keeps one aligned buffer per (use, layer) and hands it out again while the shape holds, so a
+    keeps one aligned buffer per (use, layer) and hands it out again while a block's shape holds (a
+    call with fewer clients gets the buffer's first blocks, as a step of some clients does), so a
     result of :meth:`StackedMLP.forward` or :meth:`StackedMLP.input_gradient` computed with a
     workspace is valid only until the next call that uses the same workspace.
     """
@@ -122,9 +123,15 @@ class Workspace:
         :param dtype: the buffer's dtype instead of ``like``'s
         """
         k, buffer, dtype = len(like), self._buffers.get(key), dtype or like.dtype
-        if buffer is None or buffer.shape != (k, n, m) or buffer.device != like.device or buffer.dtype != dtype:
+        if (
+            buffer is None
+            or len(buffer) < k
+            or buffer.shape[1:] != (n, m)
+            or buffer.device != like.device
+            or buffer.dtype != dtype
+        ):
             buffer = self._buffers[key] = _aligned_empty(k, n, m, like.device, dtype)
-        return buffer
+        return buffer[:k]
 
 
 def batched_matmul(
