@@ -170,6 +170,17 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key:
     return workspace.take(key, x, x.shape[1], x.shape[2], dtype).copy_(x)
 
 
+def _product(x: torch.Tensor, y: torch.Tensor, workspace: Workspace | None, key: tuple[str, int]) -> torch.Tensor:
+    """``x * y`` (one of them ``[N, B, width]``, the other broadcast to it), in ``workspace``'s buffer for ``key``.
+
+    ``None``: a new tensor.
+    """
+    if workspace is None:
+        return x * y
+    _, n, m = torch.broadcast_shapes(x.shape, y.shape)
+    return torch.mul(x, y, out=workspace.take(key, x, n, m))
+
+
 @dataclass(frozen=True)
 class _Linear:
     """A linear layer's parameters in the layout.
@@ -246,7 +257,7 @@ class StackedMLP:
                 saved.append(x)
             if isinstance(layer, _Linear) and layer.single:
                 # a product and a sum, not a matrix-vector product: see the module docstring
-                x = (x * params[layer.weight]).sum(dim=2, keepdim=True)
+                x = _product(x, params[layer.weight], workspace, ("product", index)).sum(dim=2, keepdim=True)
                 if layer.bias is not None:
                     x = x + params[layer.bias].unsqueeze(1)
             elif isinstance(layer, _Linear):
@@ -348,7 +359,9 @@ class StackedMLP:
                     own = True
                 if out is not None:
                     if layer.single:
-                        out[layer.weight].copy_((grad * x).sum(dim=1).unsqueeze(1))
+                        out[layer.weight].copy_(
+                            _product(grad, x, workspace, ("product", index)).sum(dim=1).unsqueeze(1)
+                        )
                     else:
                         batched_matmul(grad.transpose(1, 2), x, out=out[layer.weight])
                     if layer.bias is not None and grad.dtype == out[layer.bias].dtype:
