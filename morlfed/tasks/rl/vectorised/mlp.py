@@ -86,7 +86,7 @@ def _aligned_empty(k: int, n: int, m: int, device: torch.device, dtype: torch.dt
 
 def _is_aligned(t: torch.Tensor) -> bool:
     """Whether every client's ``[n, m]`` block of ``t`` starts on a 64-byte boundary."""
-    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % _align(t.dtype) == 0)
+    return t.data_ptr() % (4 * _ALIGN) == 0 and (t.shape[0] == 1 or t.stride(0) % _align(t.dtype) == 0)
 
 
 def _uniform(t: torch.Tensor) -> torch.Tensor:
@@ -122,10 +122,11 @@ class Workspace:
         :param m: columns of each client's block
         :param dtype: the buffer's dtype instead of ``like``'s
         """
-        k, buffer, dtype = len(like), self._buffers.get(key), dtype or like.dtype
+        # shape[0], not len(): len() of a tensor is a Python method, and this runs every layer of every step
+        k, buffer, dtype = like.shape[0], self._buffers.get(key), dtype or like.dtype
         if (
             buffer is None
-            or len(buffer) < k
+            or buffer.shape[0] < k
             or buffer.shape[1:] != (n, m)
             or buffer.device != like.device
             or buffer.dtype != dtype
@@ -177,8 +178,8 @@ def _product(x: torch.Tensor, y: torch.Tensor, workspace: Workspace | None, key:
     """
     if workspace is None:
         return x * y
-    _, n, m = torch.broadcast_shapes(x.shape, y.shape)
-    return torch.mul(x, y, out=workspace.take(key, x, n, m))
+    # the broadcast shape by hand: torch.broadcast_shapes costs more than the product's dispatch
+    return torch.mul(x, y, out=workspace.take(key, x, max(x.shape[1], y.shape[1]), max(x.shape[2], y.shape[2])))
 
 
 @dataclass(frozen=True)
@@ -232,7 +233,8 @@ class StackedMLP:
         :param flat: one ``[d]`` vector per client (:func:`aligned_rows` on the CPU, so that the
             results do not depend on the batch)
         """
-        return {layer.name: flat[:, layer.slice].view(len(flat), *layer.shape) for layer in self.layout.layers}
+        n = flat.shape[0]
+        return {layer.name: flat[:, layer.slice].view(n, *layer.shape) for layer in self.layout.layers}
 
     def forward(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, keep: bool = False, workspace: Workspace | None = None
