@@ -171,15 +171,23 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key:
     return workspace.take(key, x, x.shape[1], x.shape[2], dtype).copy_(x)
 
 
-def _product(x: torch.Tensor, y: torch.Tensor, workspace: Workspace | None, key: tuple[str, int]) -> torch.Tensor:
-    """``x * y`` (one of them ``[N, B, width]``, the other broadcast to it), in ``workspace``'s buffer for ``key``.
+def _product_sum(
+    x: torch.Tensor, y: torch.Tensor, dim: int, workspace: Workspace | None, key: tuple[str, int]
+) -> torch.Tensor:
+    """``(x * y).sum(dim, keepdim=True)`` (one of them ``[N, B, width]``, the other broadcast to it).
 
-    ``None``: a new tensor.
+    With a workspace, client by client through one client's buffer for ``key``, which the core's cache
+    holds from the product to the sum (the same sums: each client's are its own); ``None``: at once.
     """
     if workspace is None:
-        return x * y
-    # the broadcast shape by hand: torch.broadcast_shapes costs more than the product's dispatch
-    return torch.mul(x, y, out=workspace.take(key, x, max(x.shape[1], y.shape[1]), max(x.shape[2], y.shape[2])))
+        return (x * y).sum(dim=dim, keepdim=True)
+    shape = [x.shape[0], max(x.shape[1], y.shape[1]), max(x.shape[2], y.shape[2])]
+    buffer = workspace.take(key, x[:1], shape[1], shape[2])[0]
+    shape[dim] = 1
+    result = torch.empty(shape, device=x.device, dtype=x.dtype)
+    for row, x_row, y_row in zip(result.unbind(0), x.unbind(0), y.unbind(0)):
+        torch.sum(torch.mul(x_row, y_row, out=buffer), dim=dim - 1, keepdim=True, out=row)
+    return result
 
 
 @dataclass(frozen=True)
@@ -259,7 +267,7 @@ class StackedMLP:
                 saved.append(x)
             if isinstance(layer, _Linear) and layer.single:
                 # a product and a sum, not a matrix-vector product: see the module docstring
-                x = _product(x, params[layer.weight], workspace, ("product", index)).sum(dim=2, keepdim=True)
+                x = _product_sum(x, params[layer.weight], 2, workspace, ("product", index))
                 if layer.bias is not None:
                     x = x + params[layer.bias].unsqueeze(1)
             elif isinstance(layer, _Linear):
@@ -361,9 +369,7 @@ class StackedMLP:
                     own = True
                 if out is not None:
                     if layer.single:
-                        out[layer.weight].copy_(
-                            _product(grad, x, workspace, ("product", index)).sum(dim=1).unsqueeze(1)
-                        )
+                        out[layer.weight].copy_(_product_sum(grad, x, 1, workspace, ("product", index)))
                     else:
                         batched_matmul(grad.transpose(1, 2), x, out=out[layer.weight])
                     if layer.bias is not None and grad.dtype == out[layer.bias].dtype:
