@@ -176,10 +176,11 @@ def _product_sum(
 ) -> torch.Tensor:
     """``(x * y).sum(dim, keepdim=True)`` (one of them ``[N, B, width]``, the other broadcast to it).
 
-    With a workspace, client by client through one client's buffer for ``key``, which the core's cache
-    holds from the product to the sum (the same sums: each client's are its own); ``None``: at once.
+    With a workspace on the CPU, client by client through one client's buffer for ``key``, which the
+    core's cache holds from the product to the sum (the same sums: each client's are its own); else at
+    once (a GPU would launch a kernel per client, and its caching allocator makes a new tensor cheap).
     """
-    if workspace is None:
+    if workspace is None or x.device.type != "cpu":
         return (x * y).sum(dim=dim, keepdim=True)
     shape = [x.shape[0], max(x.shape[1], y.shape[1]), max(x.shape[2], y.shape[2])]
     buffer = workspace.take(key, x[:1], shape[1], shape[2])[0]
