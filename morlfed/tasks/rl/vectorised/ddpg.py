@@ -41,7 +41,7 @@ from torch import nn
 from morlfed.params import ParamLayout
 from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
-from morlfed.tasks.rl.vectorised.mlp import StackedMLP, aligned_rows, select_rows
+from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows, select_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
 
 
@@ -128,6 +128,24 @@ class StackedDDPG(StackedLearner):
         self.actor_target = aligned_rows(n, len(actor), self.device).copy_(actor)
         #: the target critics, ``[N, d_critic]``
         self.critic_target = aligned_rows(n, len(critic), self.device).copy_(critic)
+        # every network and the gradient buffers (``[N, d_net]``, reused from step to step: a step of k
+        # clients uses their first k rows, backward overwrites every entry, and once Adam has taken them
+        # they hold the target updates' online * tau), each with its stacked views, kept for the steps
+        # of every client (they follow the in-place updates; a step of some clients views copies)
+        flats = {
+            "actor": self.actor,
+            "actor_target": self.actor_target,
+            "actor_grad": aligned_rows(n, len(actor), self.device),
+            "critic": self.critic,
+            "critic_target": self.critic_target,
+            "critic_grad": aligned_rows(n, len(critic), self.device),
+        }
+        self._networks = {name: (flat, self._mlp_of(name).views(flat)) for name, flat in flats.items()}
+        # buffers for the layers' outputs and the gradients between layers, reused from step to step: a
+        # network's target pass and online pass share its forward buffers (the target's outputs are spent
+        # before the online pass begins), one set per critic (the target critics' outputs meet in the min)
+        self._workspaces = {"actor": Workspace(), "actor_backward": Workspace(), "critic_backward": Workspace()}
+        self._critic_workspaces = [Workspace() for _ in self.critic_mlps]
         cpu = self.device.type == "cpu"
         self._actor_numpy = {k: v.numpy() for k, v in self.actor_mlp.views(self.actor).items()} if cpu else None
         lr = float(agent.learning_rate)  # type: ignore[arg-type]
@@ -208,50 +226,74 @@ class StackedDDPG(StackedLearner):
             t = t.to(self.device)
             return t if rows is None else t.index_select(0, rows)
 
-        def networks(t: torch.Tensor) -> torch.Tensor:
-            return select_rows(t, rows)
-
         obs, actions, next_obs = pick(batch.observations), pick(batch.actions), pick(batch.next_observations)
         rewards, dones = pick(batch.rewards), pick(batch.dones)
         mu, centre = pick(prox_mu.to(self.device, torch.float32)), pick(prox_centre.to(self.device, torch.float32))
         # 1. the TD target
-        critic_target = self.critic_mlps[0].views(networks(self.critic_target))
-        next_actions = self.actor_mlp.forward(self.actor_mlp.views(networks(self.actor_target)), next_obs)[0]
-        next_actions = next_actions.clamp(-1, 1)
-        target_in = torch.cat([next_obs, next_actions], dim=2)
-        next_q = torch.cat([mlp.forward(critic_target, target_in)[0] for mlp in self.critic_mlps], dim=2)
+        ws, critic_ws = self._workspaces, self._critic_workspaces
+        actor_target, critic_target = self._stepping("actor_target", rows)[1], self._stepping("critic_target", rows)[1]
+        next_actions = self.actor_mlp.forward(actor_target, next_obs, workspace=ws["actor"])[0]
+        target_in = torch.cat([next_obs, next_actions.clamp(-1, 1)], dim=2)
+        next_q = torch.cat(
+            [mlp.forward(critic_target, target_in, workspace=w)[0] for mlp, w in zip(self.critic_mlps, critic_ws)],
+            dim=2,
+        )
         target_q = rewards + (1 - dones) * self.gamma * next_q.min(dim=2, keepdim=True).values
         # 2. the critic step
-        critic = networks(self.critic)
-        views, critic_grad = self.critic_mlps[0].views(critic), aligned_rows(len(critic), critic.shape[1], self.device)
-        grad_views = self.critic_mlps[0].views(critic_grad)
+        (critic, views), (critic_grad, grad_views) = self._stepping("critic", rows), self._stepping("critic_grad", rows)
         critic_in = torch.cat([obs, actions], dim=2)
-        critic_loss = torch.zeros(len(critic), device=self.device)
-        for mlp in self.critic_mlps:
-            q, saved = mlp.forward(views, critic_in, keep=True)
+        critic_loss = torch.zeros(critic.shape[0], device=self.device)
+        for mlp, w in zip(self.critic_mlps, critic_ws):
+            q, saved = mlp.forward(views, critic_in, keep=True, workspace=w)
             critic_loss += ((q - target_q) ** 2).mean(dim=(1, 2))
-            mlp.backward(views, saved, (q - target_q) * (2.0 / q.shape[1]), grad_views)
+            mlp.backward(views, saved, (q - target_q) * (2.0 / q.shape[1]), grad_views, ws["critic_backward"])
         _add_proximal(critic_grad, critic, mu, centre[:, self._split :])
         self.critic_optimiser.step(mask, {"critic": critic_grad})
         # 3. the actor step, through the updated critic (whose parameters it does not differentiate)
-        critic_now, actor = self.critic_mlps[0].views(networks(self.critic)), networks(self.actor)
-        actor_views, actor_grad = self.actor_mlp.views(actor), aligned_rows(len(actor), actor.shape[1], self.device)
-        new_actions, actor_saved = self.actor_mlp.forward(actor_views, obs, keep=True)
-        q, saved = self.critic_mlps[0].forward(critic_now, torch.cat([obs, new_actions], dim=2), keep=True)
+        (critic, critic_now), (actor, actor_views) = self._stepping("critic", rows), self._stepping("actor", rows)
+        actor_grad, actor_grad_views = self._stepping("actor_grad", rows)
+        new_actions, actor_saved = self.actor_mlp.forward(actor_views, obs, keep=True, workspace=ws["actor"])
+        actor_in = torch.cat([obs, new_actions], dim=2)
+        q, saved = self.critic_mlps[0].forward(critic_now, actor_in, keep=True, workspace=critic_ws[0])
         actor_loss = -q.mean(dim=(1, 2))
         d_q = torch.full_like(q, -1.0 / q.shape[1])
-        d_in = self.critic_mlps[0].input_gradient(critic_now, saved, d_q)
-        self.actor_mlp.backward(actor_views, actor_saved, d_in[..., self._obs_dim :], self.actor_mlp.views(actor_grad))
+        d_in = self.critic_mlps[0].input_gradient(critic_now, saved, d_q, ws["critic_backward"])
+        d_actions = d_in[..., self._obs_dim :]
+        self.actor_mlp.backward(actor_views, actor_saved, d_actions, actor_grad_views, ws["actor_backward"])
         _add_proximal(actor_grad, actor, mu, centre[:, : self._split])
         self.actor_optimiser.step(mask, {"actor": actor_grad})
-        # 4. the target updates (no fused multiply-add: a client's result never depends on its batch)
-        for online, target in ((self.critic, self.critic_target), (self.actor, self.actor_target)):
-            moved = networks(target).mul(1 - self.tau).add_(networks(online) * self.tau)
+        # 4. the target updates, target * (1 - tau) + online * tau rounded product by product (no fused
+        # multiply-add: a client's result never depends on its batch), in place when every client steps;
+        # the critic is the one the actor's step read, and the spent gradient buffers hold online * tau
+        for online, target, scratch in (
+            (critic, self.critic_target, critic_grad),
+            (self._stepping("actor", rows)[0], self.actor_target, actor_grad),
+        ):
+            moved = torch.mul(online, self.tau, out=scratch)
             if rows is None:
-                target.copy_(moved)
+                target.mul_(1 - self.tau).add_(moved)
             else:
-                target.index_copy_(0, rows, moved)
+                target.index_copy_(0, rows, select_rows(target, rows).mul_(1 - self.tau).add_(moved))
         return {"actor_loss": self._spread(actor_loss, rows), "critic_loss": self._spread(critic_loss, rows)}
+
+    def _mlp_of(self, name: str) -> StackedMLP:
+        """The :class:`StackedMLP` that views network ``name`` (the critics' views span every critic)."""
+        return self.actor_mlp if name.startswith("actor") else self.critic_mlps[0]
+
+    def _stepping(self, name: str, rows: torch.Tensor | None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The stepping clients' rows of a network or a gradient buffer, and their stacked views.
+
+        :param name: ``actor``, ``actor_target``, ``actor_grad``, ``critic``, ``critic_target`` or
+            ``critic_grad``
+        :param rows: the stepping clients, ``None``: all (the kept views); else a network's rows are
+            copied (:func:`~morlfed.tasks.rl.vectorised.mlp.select_rows`), a gradient buffer's first rows
+            taken
+        """
+        flat, views = self._networks[name]
+        if rows is None:
+            return flat, views
+        flat = flat[: rows.shape[0]] if name.endswith("_grad") else select_rows(flat, rows)
+        return flat, self._mlp_of(name).views(flat)
 
     def _spread(self, values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         """``[k]`` values of the masked clients as an ``[N]`` tensor (NaN elsewhere)."""

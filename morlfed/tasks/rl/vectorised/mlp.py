@@ -86,7 +86,7 @@ def _aligned_empty(k: int, n: int, m: int, device: torch.device, dtype: torch.dt
 
 def _is_aligned(t: torch.Tensor) -> bool:
     """Whether every client's ``[n, m]`` block of ``t`` starts on a 64-byte boundary."""
-    return t.data_ptr() % (4 * _ALIGN) == 0 and (len(t) == 1 or t.stride(0) % _align(t.dtype) == 0)
+    return t.data_ptr() % (4 * _ALIGN) == 0 and (t.shape[0] == 1 or t.stride(0) % _align(t.dtype) == 0)
 
 
 def _uniform(t: torch.Tensor) -> torch.Tensor:
@@ -102,7 +102,8 @@ class Workspace:
 
     A fresh ``[N, B, width]`` tensor per layer and step costs more than its arithmetic on the CPU:
     every large allocation is new memory that the kernel must map in, page by page. A workspace
-    keeps one aligned buffer per (use, layer) and hands it out again while the shape holds, so a
+    keeps one aligned buffer per (use, layer) and hands it out again while a block's shape holds (a
+    call with fewer clients gets the buffer's first blocks, as a step of some clients does), so a
     result of :meth:`StackedMLP.forward` or :meth:`StackedMLP.input_gradient` computed with a
     workspace is valid only until the next call that uses the same workspace.
     """
@@ -121,10 +122,17 @@ class Workspace:
         :param m: columns of each client's block
         :param dtype: the buffer's dtype instead of ``like``'s
         """
-        k, buffer, dtype = len(like), self._buffers.get(key), dtype or like.dtype
-        if buffer is None or buffer.shape != (k, n, m) or buffer.device != like.device or buffer.dtype != dtype:
+        # shape[0], not len(): len() of a tensor is a Python method, and this runs every layer of every step
+        k, buffer, dtype = like.shape[0], self._buffers.get(key), dtype or like.dtype
+        if (
+            buffer is None
+            or buffer.shape[0] < k
+            or buffer.shape[1:] != (n, m)
+            or buffer.device != like.device
+            or buffer.dtype != dtype
+        ):
             buffer = self._buffers[key] = _aligned_empty(k, n, m, like.device, dtype)
-        return buffer
+        return buffer[:k]
 
 
 def batched_matmul(
@@ -161,6 +169,26 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key:
     if workspace is None:
         return x.to(dtype)
     return workspace.take(key, x, x.shape[1], x.shape[2], dtype).copy_(x)
+
+
+def _product_sum(
+    x: torch.Tensor, y: torch.Tensor, dim: int, workspace: Workspace | None, key: tuple[str, int]
+) -> torch.Tensor:
+    """``(x * y).sum(dim, keepdim=True)`` (one of them ``[N, B, width]``, the other broadcast to it).
+
+    With a workspace on the CPU, client by client through one client's buffer for ``key``, which the
+    core's cache holds from the product to the sum (the same sums: each client's are its own); else at
+    once (a GPU would launch a kernel per client, and its caching allocator makes a new tensor cheap).
+    """
+    if workspace is None or x.device.type != "cpu":
+        return (x * y).sum(dim=dim, keepdim=True)
+    shape = [x.shape[0], max(x.shape[1], y.shape[1]), max(x.shape[2], y.shape[2])]
+    buffer = workspace.take(key, x[:1], shape[1], shape[2])[0]
+    shape[dim] = 1
+    result = torch.empty(shape, device=x.device, dtype=x.dtype)
+    for row, x_row, y_row in zip(result.unbind(0), x.unbind(0), y.unbind(0)):
+        torch.sum(torch.mul(x_row, y_row, out=buffer), dim=dim - 1, keepdim=True, out=row)
+    return result
 
 
 @dataclass(frozen=True)
@@ -214,7 +242,8 @@ class StackedMLP:
         :param flat: one ``[d]`` vector per client (:func:`aligned_rows` on the CPU, so that the
             results do not depend on the batch)
         """
-        return {layer.name: flat[:, layer.slice].view(len(flat), *layer.shape) for layer in self.layout.layers}
+        n = flat.shape[0]
+        return {layer.name: flat[:, layer.slice].view(n, *layer.shape) for layer in self.layout.layers}
 
     def forward(
         self, params: dict[str, torch.Tensor], x: torch.Tensor, keep: bool = False, workspace: Workspace | None = None
@@ -239,7 +268,7 @@ class StackedMLP:
                 saved.append(x)
             if isinstance(layer, _Linear) and layer.single:
                 # a product and a sum, not a matrix-vector product: see the module docstring
-                x = (x * params[layer.weight]).sum(dim=2, keepdim=True)
+                x = _product_sum(x, params[layer.weight], 2, workspace, ("product", index))
                 if layer.bias is not None:
                     x = x + params[layer.bias].unsqueeze(1)
             elif isinstance(layer, _Linear):
@@ -341,7 +370,7 @@ class StackedMLP:
                     own = True
                 if out is not None:
                     if layer.single:
-                        out[layer.weight].copy_((grad * x).sum(dim=1).unsqueeze(1))
+                        out[layer.weight].copy_(_product_sum(grad, x, 1, workspace, ("product", index)))
                     else:
                         batched_matmul(grad.transpose(1, 2), x, out=out[layer.weight])
                     if layer.bias is not None and grad.dtype == out[layer.bias].dtype:
