@@ -19,7 +19,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 #: The signals that stop a run.
 STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
@@ -58,6 +58,32 @@ class StopNow(SystemExit):
     def __init__(self, sig: signal.Signals) -> None:
         super().__init__(exit_status(sig))
         self.signal = sig
+
+
+def leave(sig: signal.Signals) -> NoReturn:
+    """Exit the process after a stopped run, with ``sig``'s status; a further signal exits at once.
+
+    A stopped process on its way out may still join workers, run ``atexit`` hooks and flush files;
+    a signal arriving then would end it with a traceback under Python's usual handlers. Meant for
+    a command line's last step: a program that goes on after catching :class:`RunStopped` (a
+    notebook) keeps its handlers.
+
+    :param sig: the signal that stopped the run
+    """
+    _exit_on_next_signal(sig)
+    raise SystemExit(exit_status(sig))
+
+
+def _exit_on_next_signal(first: signal.Signals) -> None:
+    """Make SIGINT and SIGTERM end the process at once (``os._exit``) with ``first``'s status."""
+
+    def exit_now(signum: int, _frame: FrameType | None) -> None:
+        _say(f"{signal.Signals(signum).name} again: exiting now")
+        os._exit(exit_status(first))
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, exit_now)
 
 
 def _say(text: str) -> None:
@@ -100,17 +126,12 @@ class StopSignals:
         """
         self._depth -= 1
         if self._depth == 0:
-            # a stopped process on its way out (SystemExit) may still join workers and flush files:
-            # a signal then exits at once, where the usual handlers would end it with a traceback
-            leaving = self.received is not None and kind is not None and issubclass(kind, SystemExit)
-            for sig, handler in self._previous.items():
-                signal.signal(sig, self._exit_now if leaving else handler)
-            self._previous = {}
-
-    def _exit_now(self, signum: int, _frame: FrameType | None) -> None:
-        assert self.received is not None, "installed only once a signal has stopped the run"
-        _say(f"{signal.Signals(signum).name} again: exiting now")
-        os._exit(exit_status(self.received))
+            previous, self._previous = self._previous, {}
+            if self.received is not None and kind is not None and issubclass(kind, SystemExit):
+                _exit_on_next_signal(self.received)
+            else:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         sig = signal.Signals(signum)

@@ -42,7 +42,7 @@ from morlfed.console import one_line_warnings
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
 from morlfed.federation import Federation, FederationConfig, round_budgets
-from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status
+from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status, leave
 from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv, searchpath_argv
 from morlfed.parallelism import Parallelism
 from morlfed.parallelism import resolve as resolve_parallelism
@@ -337,7 +337,7 @@ def main(cfg: DictConfig) -> dict | None:
         print(f"morlfed: error: {exc}", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
     except (RunStopped, StopNow) as exc:
-        sys.exit(exit_status(exc.signal))
+        leave(exc.signal)
     except OSError as exc:
         if exc.errno not in STORAGE_ERRORS:
             raise

@@ -161,6 +161,20 @@ def test_a_first_signal_outside_the_clients_work_stops_at_the_next_check():
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
 
 
+def test_a_signal_while_a_stopped_run_shuts_down_exits_at_once_without_a_traceback():
+    # the CI failure this pins: the second Ctrl-C landed in an atexit hook (torch's), after the run had
+    # restored Python's handlers, and ended the process with a KeyboardInterrupt traceback
+    script = (
+        "import atexit, os, signal, time\n"
+        "from morlfed.interrupt import leave\n"
+        "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5)))\n"
+        "leave(signal.SIGTERM)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "Traceback" not in done.stderr and "SIGINT again: exiting now" in done.stderr
+
+
 def test_within_the_clients_work_the_first_signal_raises_at_once():
     with StopSignals() as stop, pytest.raises(RunStopped), stop.interruptible():
         os.kill(os.getpid(), signal.SIGINT)
