@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -79,7 +80,8 @@ def test_variant_sets_strategy_switches_and_finetune(variant):
         assert cfg.finetune is True and cfg.algo == compose_config([]).algo
         return
     row = variant.removesuffix("_ft").removesuffix("_clustering_only").removesuffix("_weighting_only")
-    algo = row.removesuffix("_absolute").removesuffix("_relative")  # a study's FedPref with its threshold pinned
+    # a study's strategy with its thresholds pinned: FedPref's absolute or relative one, an environment's own
+    algo = re.sub(r"_(absolute|relative|lunar)$", "", row)
     assert cfg.algo._target_.rsplit(".", 1)[1].lower() == algo
     assert cfg.finetune is variant.endswith("_ft")
     if algo == "fedpref":
