@@ -34,7 +34,7 @@ from safetensors.torch import load_file, save_file
 
 from morlfed.executors import Executor
 from morlfed.params import ParamLayout
-from morlfed.safestate import UnsafeStateError, refusal
+from morlfed.safestate import UnsafeStateError, file_refusal
 
 #: the folder of a run directory (and of each checkpoint) that holds the deployed models
 MODELS = "models"
@@ -150,15 +150,7 @@ class Deployment:
         :raises ValueError: ``deployment.json`` is of another format or a newer version
         """
         directory = Path(directory)
-        path = directory / MAP_FILE
-        if not path.is_file():
-            raise FileNotFoundError(f"{directory} holds no deployed models: no {MAP_FILE}")
-        record: dict[str, Any] = json.loads(path.read_text())
-        if record.get("format") != FORMAT or int(record.get("version", 0)) > VERSION:
-            raise ValueError(
-                f"{path} is not a {FORMAT} map of version <= {VERSION}: "
-                f"format {record.get('format')!r}, version {record.get('version')!r}"
-            )
+        record = _load_map(directory)
         layout = ParamLayout.from_dict(record["layout"])
         files = [entry["file"] for entry in record["models"]]
         models = tuple(layout.flatten(load_file(str(directory / file))) for file in files)
@@ -175,22 +167,34 @@ def check_models(directory: Path) -> None:
     :raises UnsafeStateError: a file is not what :meth:`Deployment.write` writes (the message names it)
     """
     directory = Path(directory)
-    path = directory / MAP_FILE
     try:
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict) or record.get("format") != FORMAT:
-            raise ValueError(f"its format is not {FORMAT!r}")
-        files = [str(entry["file"]) for entry in record["models"]]
+        files = [str(entry["file"]) for entry in _load_map(directory)["models"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
-        raise UnsafeStateError(f"{path}: not a {FORMAT} map (JSON): {str(exc).splitlines()[0]}") from exc
+        raise UnsafeStateError(f"{directory / MAP_FILE}: not a {FORMAT} map: {str(exc).splitlines()[0]}") from exc
     for file in files:
         try:
             with safe_open(str(directory / file), framework="pt") as fh:
                 fh.keys()
         except (SafetensorError, OSError) as exc:
-            with open(directory / file, "rb") as raw:
-                head = raw.read(9)
-            raise refusal(str(directory / file), head, exc, "safetensors") from exc
+            raise file_refusal(directory / file, exc, "safetensors") from exc
+
+
+def _load_map(directory: Path) -> dict[str, Any]:
+    """The deployment map of the ``models`` folder ``directory``, its format and version checked.
+
+    :raises FileNotFoundError: it holds no ``deployment.json``
+    :raises ValueError: it is not JSON, or of another format or a newer version
+    """
+    path = directory / MAP_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{directory} holds no deployed models: no {MAP_FILE}")
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict) or record.get("format") != FORMAT or int(record.get("version", 0)) > VERSION:
+        found = (record.get("format"), record.get("version")) if isinstance(record, dict) else (None, None)
+        raise ValueError(
+            f"{path} is not a {FORMAT} map of version <= {VERSION}: format {found[0]!r}, version {found[1]!r}"
+        )
+    return record
 
 
 def deployed_weights(

@@ -131,12 +131,29 @@ def state_from_bytes(data: bytes, name: str = "state") -> Any:
         tree = json.loads(bytes(tensors.pop(TREE).numpy()).decode())
         return _decode(tree, tensors)
     except (SafetensorError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
-        raise refusal(name, data[:9], exc) from exc
+        raise _refusal(name, data[:9], exc) from exc
 
 
-def refusal(
-    name: str, head: bytes, exc: BaseException, expected: str = "morlfed state file (safetensors with a data tree)"
-) -> UnsafeStateError:
+#: What a state file is, in the errors that refuse one.
+STATE_FILE = "morlfed state file (safetensors with a data tree)"
+
+
+def file_refusal(path: Path, exc: BaseException, expected: str = STATE_FILE) -> UnsafeStateError:
+    """The error for the file ``path`` that failed to read as ``expected``, saying whether it is a pickle.
+
+    :param path: the file (its first bytes tell a pickle)
+    :param exc: what failed when the file was read
+    :param expected: what the file should have been
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(9)
+    except OSError:
+        head = b""  # a missing or unreadable file: ``exc`` says so
+    return _refusal(str(path), head, exc, expected)
+
+
+def _refusal(name: str, head: bytes, exc: BaseException, expected: str = STATE_FILE) -> UnsafeStateError:
     """The error for the file ``name`` that is not what it should be, saying whether it is a pickle.
 
     :param name: how the error names the file
@@ -190,9 +207,7 @@ def check_state(path: Path) -> None:
         if missing:
             raise ValueError(f"the data tree names tensors the file does not hold ({', '.join(sorted(missing)[:3])})")
     except (SafetensorError, OSError, KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
-        with open(path, "rb") as fh:
-            head = fh.read(9)
-        raise refusal(str(path), head, exc) from exc
+        raise file_refusal(path, exc) from exc
 
 
 def _references(node: Any) -> set[str]:
