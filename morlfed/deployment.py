@@ -120,7 +120,10 @@ class Deployment:
         files = [f"model_{k}.safetensors" for k in range(len(self.models))]
         for k, (file, model) in enumerate(zip(files, self.models)):
             named = {name: t.clone() for name, t in self.layout.unflatten(model).items()}
-            save_file(named, str(tmp / file), metadata={"format": FORMAT, "model": str(k), "round": str(self.round)})
+            # one metadata entry: safetensors writes several in a hash map's order, which changes from
+            # one write to the next, and equal models must be equal files (the checkpoints' hashes)
+            about = json.dumps({"format": FORMAT, "model": k, "round": self.round}, sort_keys=True)
+            save_file(named, str(tmp / file), metadata={"morlfed": about})
         record = {
             "format": FORMAT,
             "version": VERSION,

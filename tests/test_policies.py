@@ -106,6 +106,16 @@ def test_a_deployment_groups_equal_models_and_reads_back(tmp_path: Path) -> None
         back.model(5)
 
 
+def test_the_same_deployment_is_written_as_the_same_bytes(tmp_path: Path) -> None:
+    layout = ParamLayout.from_shapes({"a.weight": (2, 2), "a.bias": (2,)})
+    deployment = Deployment.of(3, layout, {0: torch.arange(6.0), 1: torch.ones(6)}, {0: 0, 1: 1}, "cluster")
+    written = []
+    for k in range(5):  # safetensors' metadata map has a new order at every write: five chances to differ
+        deployment.write(tmp_path / f"models_{k}")
+        written.append({p.name: p.read_bytes() for p in (tmp_path / f"models_{k}").iterdir()})
+    assert all(files == written[0] for files in written[1:])
+
+
 def test_the_rollout_command_prints_returns_and_draws_every_client(
     runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
