@@ -3,7 +3,8 @@
 :func:`write_figures` draws, for a set of loaded runs (:mod:`morlfed.analysis.charts`, :mod:`morlfed.analysis.curves`,
 :func:`morlfed.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
 and per environment and preference distribution the fronts of all algorithms and the learning
-curves (:func:`learning_curves`); :func:`default_rounds` picks the heatmaps' rounds. For an
+curves (:func:`learning_curves`; with planted preference groups, ``agreement``: the adjusted Rand
+index of the clusters with the groups after each round); :func:`default_rounds` picks the heatmaps' rounds. For an
 unfinished run (:mod:`morlfed.analysis.partial`) it draws what the run already has
 (:func:`partial_figures`): its learning curves and cluster evolution.
 
@@ -33,6 +34,7 @@ from morlfed.analysis.charts import (
     fronts_comparison_figure,
     similarity_figure,
 )
+from morlfed.analysis.clustering import planted_ari_by_round
 from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.partial import PartialRun
 from morlfed.analysis.runs import Run
@@ -71,7 +73,10 @@ CURVES: dict[str, tuple[str, str]] = {
     "mean_train_reward": ("learning", "mean scalarised training reward"),
     "mean_eval_scalarised": ("evaluation", "mean scalarised return of the deployed models"),
     "hypervolume": ("hypervolume", "hypervolume of the deployed models (discounted returns)"),
+    "planted_ari": ("agreement", "adjusted Rand index with the planted groups"),
 }
+#: Curves that are not a ``rounds.csv`` column: each is computed from the run's other files.
+_DERIVED = ("hypervolume", "planted_ari")
 
 #: Every kind of figure, by file name prefix: per run its front, similarity heatmaps and cluster
 #: evolution; per environment and distribution the fronts of all variants and the learning curves.
@@ -153,7 +158,7 @@ def learning_curves(
             }
         )
         for run, label in zip(runs, labels)
-        if len(run.rounds) and (column in run.rounds.columns or column == "hypervolume")
+        if len(run.rounds) and (column in run.rounds.columns or column in _DERIVED)
     ]
     if not parts:
         return pd.DataFrame(columns=["label", "seed", "round", "env_steps", "value"])
@@ -162,9 +167,12 @@ def learning_curves(
 
 def _values(run: Run | PartialRun, column: str) -> pd.Series:
     """A curve's values, one per ``rounds.csv`` row (NaN where there is none)."""
-    if column != "hypervolume":
-        return pd.to_numeric(run.rounds[column], errors="coerce")
-    return run.rounds["round"].map(deployed_hypervolume(run)).astype(float)
+    if column == "hypervolume":
+        return run.rounds["round"].map(deployed_hypervolume(run)).astype(float)
+    if column == "planted_ari":  # a finished run's clusters and planted groups (none: no curve)
+        by_round = planted_ari_by_round(run) if isinstance(run, Run) else {}
+        return run.rounds["round"].map(by_round).astype(float)
+    return pd.to_numeric(run.rounds[column], errors="coerce")
 
 
 def deployed_hypervolume(run: Run | PartialRun) -> pd.Series:

@@ -14,6 +14,7 @@ from test_evaluate import write_run
 
 from morlfed import envs
 from morlfed.analysis.campaign import evaluate_runs
+from morlfed.analysis.campaign_figures import learning_curves, write_figures
 from morlfed.analysis.clustering import labels_of, planted_ari, planted_ari_by_round, planted_groups
 from morlfed.analysis.runs import load_runs
 from morlfed.analysis.tables import metrics_table
@@ -69,6 +70,17 @@ def test_planted_ari_round_by_round_follows_the_cluster_records(tmp_path):
     assert planted_ari_by_round(run) == {1: 0.0, 2: 0.0, **{r: 1.0 for r in range(3, 4)}}
     (plain,), _ = load_runs([write_clustered_run(tmp_path / "plain", truth, dist="equidistant")])
     assert planted_ari_by_round(plain) == {}  # no planted groups to score against
+
+
+def test_the_agreement_curve_is_the_ari_of_each_round_and_its_figure_is_written(tmp_path):
+    truth = [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]
+    runs, _ = load_runs([write_clustered_run(tmp_path / f"run{s}", truth, seed=s) for s in (0, 1)])
+    (plain,), _ = load_runs([write_clustered_run(tmp_path / "plain", truth, dist="equidistant")])
+    curves = learning_curves([*runs, plain], ["fedpref", "fedpref", "fedpref"], "planted_ari")
+    per_seed = [[0.0, 0.0, 1.0]] * 2  # one cluster before round 3, then the groups; none for the plain run
+    assert curves.pivot(index="seed", columns="round", values="value").values.tolist() == per_seed
+    written = write_figures(runs, tmp_path / "figures", kinds=["agreement"], formats=["png"])
+    assert [p.name for p in written] == [f"agreement_{runs[0].env}_groups.png"]
 
 
 def test_summary_and_table_carry_final_clusters_and_the_ari(tmp_path):
