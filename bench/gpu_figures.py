@@ -176,6 +176,8 @@ def _profile_lines(r: dict[str, Any]) -> list[str]:
             f"step); per step {p['launches']:.0f} launches, {p['copies']:.1f} copies, {p['syncs']:.1f} syncs, "
             f"{p['scalar_reads']:.1f} scalar reads; trace: {r.get('trace', 'none')}"
         )
+        if r["metrics"].get("device") == "cuda" and not p["device_kernel_ms"]:
+            lines.append("  NO CUDA KERNEL RECORDED: the profiler saw no device activity (CUPTI missing?)")
     if r.get("profiler_errors"):
         lines.append(f"  PROFILER FAILED: {'; '.join(r['profiler_errors'])}")
     return lines
@@ -189,7 +191,8 @@ def _timed_lines(r: dict[str, Any]) -> list[str]:
         f"{s:.1f} ({labels[k] if k < len(labels) else ''}loop {loop['seconds']:.1f})"
         for k, (s, loop) in enumerate(zip(rounds, r["lockstep"]))
     )
-    lines = [f"{name} ({config}): rounds {measured or 'none completed'} s"]
+    memory = f"; peak device memory {r['peak_device_memory_gib']} GiB" if "peak_device_memory_gib" in r else ""
+    lines = [f"{name} ({config}): rounds {measured or 'none completed'} s{memory}"]
     breakdown = r["ms_per_step"].get(f"round {len(rounds)}")
     if breakdown:
         lines.append(f"  round {len(rounds)}: {breakdown['wall']:.2f} ms per lockstep step: {_breakdown(breakdown)}")
