@@ -4,7 +4,8 @@
 :func:`morlfed.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
 and per environment and preference distribution the fronts of all algorithms and the learning
 curves (:func:`learning_curves`; with planted preference groups, ``agreement``: the adjusted Rand
-index of the clusters with the groups after each round); :func:`default_rounds` picks the heatmaps' rounds. For an
+index of the clusters with the groups after each round, and ``separability``: that of the saved
+similarity matrix clustered into as many groups, :func:`~morlfed.analysis.clustering.similarity_ari_by_round`); :func:`default_rounds` picks the heatmaps' rounds. For an
 unfinished run (:mod:`morlfed.analysis.partial`) it draws what the run already has
 (:func:`partial_figures`): its learning curves and cluster evolution.
 
@@ -34,7 +35,7 @@ from morlfed.analysis.charts import (
     fronts_comparison_figure,
     similarity_figure,
 )
-from morlfed.analysis.clustering import planted_ari_by_round
+from morlfed.analysis.clustering import planted_ari_by_round, similarity_ari_by_round
 from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.partial import PartialRun
 from morlfed.analysis.runs import Run
@@ -74,9 +75,10 @@ CURVES: dict[str, tuple[str, str]] = {
     "mean_eval_scalarised": ("evaluation", "mean scalarised return of the deployed models"),
     "hypervolume": ("hypervolume", "hypervolume of the deployed models (discounted returns)"),
     "planted_ari": ("agreement", "adjusted Rand index with the planted groups"),
+    "similarity_ari": ("separability", "ARI with the planted groups of the similarity, clustered"),
 }
 #: Curves that are not a ``rounds.csv`` column: each is computed from the run's other files.
-_DERIVED = ("hypervolume", "planted_ari")
+_DERIVED = ("hypervolume", "planted_ari", "similarity_ari")
 
 #: Every kind of figure, by file name prefix: per run its front, similarity heatmaps and cluster
 #: evolution; per environment and distribution the fronts of all variants and the learning curves.
@@ -169,9 +171,9 @@ def _values(run: Run | PartialRun, column: str) -> pd.Series:
     """A curve's values, one per ``rounds.csv`` row (NaN where there is none)."""
     if column == "hypervolume":
         return run.rounds["round"].map(deployed_hypervolume(run)).astype(float)
-    if column == "planted_ari":  # a finished run's clusters and planted groups (none: no curve)
-        by_round = planted_ari_by_round(run) if isinstance(run, Run) else {}
-        return run.rounds["round"].map(by_round).astype(float)
+    if column in ("planted_ari", "similarity_ari"):  # a finished run with planted groups (none: no curve)
+        score = planted_ari_by_round if column == "planted_ari" else similarity_ari_by_round
+        return run.rounds["round"].map(score(run) if isinstance(run, Run) else {}).astype(float)
     return pd.to_numeric(run.rounds[column], errors="coerce")
 
 

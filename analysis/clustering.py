@@ -8,6 +8,10 @@ with equal weights form a group), and :func:`planted_ari` scores the final clust
 scikit-learn's adjusted Rand index (1: the planted groups exactly; about 0: no better than a random
 partition of the same sizes; negative: worse). :func:`planted_ari_by_round` gives the same score
 for the clusters in force after every round: how fast the groups come apart.
+:func:`similarity_ari_by_round` asks the same of the similarity the server saw rather than of the
+partition it made: whether the saved similarity matrix, clustered into as many clusters as there
+are planted groups, already separates them (so that a partition lagging behind it is the split
+rule's doing, not the similarity's).
 
 :data:`CLUSTER_METRICS` registers these per-run values beside :data:`morlfed.metrics.METRICS` for
 the comparison tables (:data:`TABLE_METRICS`).
@@ -18,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from sklearn.cluster import AgglomerativeClustering
 from sklearn.metrics import adjusted_rand_score
 
 from morlfed.analysis.runs import Run
@@ -117,3 +122,31 @@ def planted_ari_by_round(run: Run) -> dict[int, float]:
         rnd: float(adjusted_rand_score(truth, labels_of(run.clusters_at(rnd), n)))
         for rnd in range(1, int(run.config["rounds"]) + 1)
     }
+
+
+def similarity_ari_by_round(run: Run) -> dict[int, float]:
+    """``{round: ARI}`` of the saved similarity matrix, clustered into as many groups as were planted.
+
+    Each saved matrix (``save_similarity=true``) is clustered by average-linkage agglomerative
+    clustering on the distance ``1 - S`` into as many clusters as the run has planted groups, and the
+    result scored against those groups. Defined for the rounds whose matrix compares every pair of
+    clients: a clustered strategy stops comparing clients of different clusters (NaN entries) after
+    its first split, and those rounds are left out. Empty unless the run used ``dist=groups`` with
+    more than one group and saved similarity matrices.
+
+    :param run: a loaded RL run
+    """
+    if run.dist != "groups":
+        return {}
+    truth = planted_groups(run.weights)
+    k = int(truth.max()) + 1
+    if k < 2:
+        return {}
+    scores = {}
+    for rnd in run.similarity_rounds():
+        sim = run.similarity(rnd)
+        if np.isnan(sim).any():
+            continue
+        model = AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average")
+        scores[rnd] = float(adjusted_rand_score(truth, model.fit_predict(1.0 - sim)))
+    return scores

@@ -82,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
         default=list(FIGURE_KINDS),
         metavar="KIND",
         help="kinds of figure, by file name prefix: per run front, similarity, clusters; per environment "
-        f"and distribution fronts, learning, evaluation, hypervolume, agreement (default: all; choices: {' '.join(FIGURE_KINDS)})",
+        f"and distribution fronts, learning, evaluation, hypervolume, agreement, separability (default: all; choices: {' '.join(FIGURE_KINDS)})",
     )
     return p
 

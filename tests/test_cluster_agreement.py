@@ -15,7 +15,13 @@ from test_evaluate import write_run
 from morlfed import envs
 from morlfed.analysis.campaign import evaluate_runs
 from morlfed.analysis.campaign_figures import learning_curves, write_figures
-from morlfed.analysis.clustering import labels_of, planted_ari, planted_ari_by_round, planted_groups
+from morlfed.analysis.clustering import (
+    labels_of,
+    planted_ari,
+    planted_ari_by_round,
+    planted_groups,
+    similarity_ari_by_round,
+)
 from morlfed.analysis.runs import load_runs
 from morlfed.analysis.tables import metrics_table
 
@@ -97,3 +103,26 @@ def test_summary_and_table_carry_final_clusters_and_the_ari(tmp_path):
     table = metrics_table(summary.reset_index(), "deep-sea-treasure", "groups", ["final_clusters", "planted_ari"])
     assert table is not None and "| Final clusters | ARI with the planted groups |" in table
     assert "| fedpref | 3 | 3.00 ± 1.73 | 0.67 ± 0.58 |" in table
+
+
+def test_the_similarity_separates_the_groups_where_its_blocks_do(tmp_path):
+    truth = [[0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]
+    path = write_clustered_run(tmp_path / "run", truth)
+    groups = planted_groups(WEIGHTS)
+    blocks = np.where(groups[:, None] == groups[None, :], 0.9, 0.1)
+    np.save(path / "similarity_1.npy", blocks)  # the four groups as blocks: recovered exactly
+    # groups 0 and 1 alike, client 3 unlike anyone: the 4 clusters are groups 0+1, group 2, {7, 11} and
+    # {3}. By hand: pairs together in both 3 + 3 + 3 + 1 = 10, in the same group 12, in the same
+    # cluster 15 + 3 + 1 = 19, of 66: expected 12 x 19 / 66 = 3.4545, max 15.5, ARI 0.54340
+    merged = blocks.copy()
+    merged[np.ix_(groups < 2, groups < 2)] = 0.9
+    merged[3, :] = merged[:, 3] = 0.1
+    merged[3, 3] = 1.0
+    np.save(path / "similarity_2.npy", merged)
+    split = blocks.copy()
+    split[0, 1] = split[1, 0] = np.nan  # after a split: pairs across clusters are not compared
+    np.save(path / "similarity_3.npy", split)
+    (run,), _ = load_runs([path])
+    assert similarity_ari_by_round(run) == pytest.approx({1: 1.0, 2: 0.54340}, abs=1e-5)
+    (plain,), _ = load_runs([write_clustered_run(tmp_path / "plain", truth, dist="equidistant")])
+    assert similarity_ari_by_round(plain) == {}

@@ -308,7 +308,7 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
     run = load_run(fedpref_run)
     assert run.similarity_rounds() == [1, 2, 3, 4] and sorted(run.cluster_history()) == [1, 2, 3, 4]
     assert main([str(fedpref_run), "--out", str(tmp_path), "--rounds", "1", "3"]) == 0
-    assert "wrote 16 files for 1 run to" in capsys.readouterr().out
+    assert "wrote 18 files for 1 run to" in capsys.readouterr().out
     stems = [
         "front_deep-sea-treasure_fedpref_groups_seed0",
         "similarity_deep-sea-treasure_fedpref_groups_seed0",
@@ -317,7 +317,8 @@ def test_plot_cli_writes_every_figure_of_a_real_run(fedpref_run, tmp_path, capsy
         "learning_deep-sea-treasure_groups",
         "evaluation_deep-sea-treasure_groups",
         "hypervolume_deep-sea-treasure_groups",
-        "agreement_deep-sea-treasure_groups",  # planted groups: the ARI of the clusters per round
+        "agreement_deep-sea-treasure_groups",  # planted groups: the ARI of the clusters per round ...
+        "separability_deep-sea-treasure_groups",  # ... and of the similarity matrices
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{s}.{f}" for s in stems for f in ("png", "pdf"))
     for mistyped in ([str(fedpref_run / "nope"), "--out", str(tmp_path)], [str(fedpref_run / "nope")]):
