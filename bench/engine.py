@@ -12,8 +12,10 @@ with two worker processes, each holding half the clients. One torch thread per w
 the sum of the rounds' wall times in ``rounds.csv`` (configure, every fit, aggregate; not the
 clients' construction nor the final evaluation), the env steps are the ones the clients report
 spending (``FitResult.steps_spent``: SB3 finishes its last rollout, so an episodic ``train_freq``
-overshoots the budget). The engines alternate repeat by repeat, so that machine noise hits both
-alike; the table holds the medians and the targets.
+overshoots the budget). Each measurement's line also gives the whole run's CPU seconds (this
+process and its worker processes, joined by then) as a share of one core: below 100% per worker,
+other jobs shared the cores and the rates read low. The engines alternate repeat by repeat, so
+that machine noise hits both alike; the table holds the medians and the targets.
 
     python bench/engine.py                                            # 4 envs x 1 and 2 workers, 3 repeats
     python bench/engine.py --envs deep-sea-treasure --workers 1 --repeats 1       # a quick look
@@ -28,6 +30,7 @@ import argparse
 import cProfile
 import csv
 import pstats
+import resource
 import statistics
 import sys
 import tempfile
@@ -61,15 +64,22 @@ ENGINES = ("sb3", "vectorised")
 
 @dataclass
 class Measurement:
-    """One federation's local training: env steps and seconds spent in rounds."""
+    """One federation's local training: env steps and seconds spent in rounds, and the whole run's CPU seconds."""
 
     steps: int
     seconds: float
+    cpu_seconds: float
 
     @property
     def rate(self) -> float:
         """Env steps per second."""
         return self.steps / self.seconds
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds of this process and of its children that have been waited for."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def bench_spec(name: str, learning_starts: int | None) -> EnvSpec:
@@ -98,6 +108,7 @@ def measure(
     :param device: the clients' torch device
     :param seed: root seed
     """
+    cpu_before = cpu_seconds()
     prefs = sample_preferences("equidistant", clients, spec.n_objectives, generator(seed, "preferences"))
     factory_type = RLClientFactory if engine == "sb3" else VectorisedClientFactory
     factory = factory_type(spec, prefs, seed, steps, rounds, 1, device)
@@ -116,7 +127,8 @@ def measure(
         raise RuntimeError(f"{engine} on {spec.name}: client fits failed: {failed}")
     spent = list(outcome.steps_spent.values())
     total = sum(s for s in spent if s is not None) if None not in spent else clients * rounds * steps
-    return Measurement(total, sum(float(row["seconds"]) for row in rows))
+    cpu = cpu_seconds() - cpu_before  # the worker processes are joined by now: their CPU time counts
+    return Measurement(total, sum(float(row["seconds"]) for row in rows), cpu)
 
 
 def parse_overrides(items: list[str], kind: str) -> dict[str, int]:
@@ -172,9 +184,12 @@ def main() -> None:
                     started = time.perf_counter()
                     m = measure(engine, spec, args.clients, args.rounds, local, workers, args.device, args.seed)
                     runs[engine].append(m.rate)
+                    whole = time.perf_counter() - started
+                    # CPU seconds over wall seconds: under 100% per worker, other jobs shared the cores
                     print(
                         f"  {name} {engine} workers={workers}: {m.steps} steps in {m.seconds:.1f} s "
-                        f"= {m.rate:.0f}/s (whole run {time.perf_counter() - started:.0f} s)",
+                        f"= {m.rate:.0f}/s (whole run {whole:.0f} s, {m.cpu_seconds:.0f} CPU s: "
+                        f"{100 * m.cpu_seconds / whole:.0f}% of a core)",
                         flush=True,
                     )
             rows.append((spec, workers, local, runs))

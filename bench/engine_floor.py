@@ -24,6 +24,17 @@ forward pass, the critic's forward pass on its actions and the critic's input gr
 its input (the actor's loss differentiates the critic's input); the actor's weight gradients and
 input gradients but the first layer's. Adam alone is both networks' Adam updates.
 
+**Arithmetic.** The floor's products are counted at 2 FLOP per multiply-add (``chain_flops``) and
+printed per client and gradient step, with the rate the floor runs them at. The env's default run
+(the spec's clients x rounds x local steps) takes, per client, the spec's gradient steps per env
+step (``train_freq``, ``gradient_steps``; ``-1``: one per env step) on every env step after
+``learning_starts`` (which counts once per client, across rounds); the line prints those gradient
+steps, the run's PFLOP in the floor's products and its time at the measured step on one core.
+The action selection (one forward pass of a single observation per env step, a few hundred
+kFLOP) and a rollout's overshoot of the local budget are left out. With ``--precision bf16`` on a
+DDPG env, whose engine refuses bfloat16, only the floor is timed: the arithmetic bound that a
+bfloat16 step would approach.
+
 **Projection.** ``--round`` also runs the headline command for one round
 (``python -m morlfed.run env=mo-lunar-lander dist=dirichlet rounds=1`` with the engine and
 precision asked for and the executor and workers that ``executor=auto`` picks for the full run, so
@@ -34,6 +45,7 @@ evaluation plus the spec's rounds times the measured round.
     python bench/engine_floor.py --precision bf16         # the same in bfloat16
     python bench/engine_floor.py --round                  # and the headline's projected wall time
     python bench/engine_floor.py --env mo-lunar-lander-continuous   # DDPG's step / floor ratio
+    python bench/engine_floor.py --env mo-halfcheetah --precision bf16  # DDPG: the bfloat16 floor alone
 """
 
 from __future__ import annotations
@@ -172,6 +184,43 @@ def floor_chain(
     return ddpg_chain
 
 
+def chain_flops(shapes: dict[str, list[tuple[int, int]]], batch: int) -> int:
+    """FLOP per client of one call of :func:`floor_chain` (2 per multiply-add): the step's matrix products.
+
+    A layer ``(in, out)`` costs ``2 * batch * in * out`` for its forward product, as much for its
+    weight gradient and as much for its input gradient.
+    """
+    layer = {name: [2 * batch * inp * out for inp, out in layers] for name, layers in shapes.items()}
+    if "q" in layer:  # target and online forward, weight gradients, input gradients but the first layer's
+        q = layer["q"]
+        return 3 * sum(q) + sum(q[1:])
+    actor, critic = layer["actor"], layer["critic"]
+    # forward: target actor, actor; target critic, critic, critic on the actor's actions; weight
+    # gradients of both; input gradients: the critic's twice (once down to its input), the actor's once
+    return 3 * sum(actor) + sum(actor[1:]) + 5 * sum(critic) + sum(critic[1:])
+
+
+def gradient_steps_per_client(env: str) -> tuple[int, float] | None:
+    """Gradient steps per client of the env's default run and per env step after ``learning_starts``.
+
+    ``None`` where the spec trains a fixed number of gradient steps per episode (their count
+    depends on the episodes' lengths).
+    """
+    spec = get_spec(env)
+    kwargs = spec.agent_kwargs
+    freq = kwargs.get("train_freq", 1)
+    every, unit = (int(freq[0]), str(freq[1])) if isinstance(freq, list | tuple) else (int(freq), "step")
+    steps = int(kwargs.get("gradient_steps", 1))
+    if steps < 0:  # as many gradient steps as the rollout's env steps
+        per_env_step = 1.0
+    elif unit == "step":
+        per_env_step = steps / every
+    else:
+        return None
+    trained = spec.rounds * spec.local_steps - int(kwargs.get("learning_starts", 0))
+    return round(max(trained, 0) * per_env_step), per_env_step
+
+
 def timed(fn: Callable[[], None], repeats: int) -> float:
     """Seconds per call of ``fn`` over ``repeats`` calls."""
     start = time.perf_counter()
@@ -214,19 +263,24 @@ def main() -> None:
     parser.add_argument("--round", action="store_true", help="also project the headline from a 1-round run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    step, optimiser, shapes, batch = engine_step(args.env, args.clients, args.precision)
+    try:
+        step, optimiser, shapes, batch = engine_step(args.env, args.clients, args.precision)
+        refused = None
+    except ValueError as error:  # the engine refuses the precision (bf16 with DDPG): time the floor alone
+        refused = str(error)
+        _, _, shapes, batch = engine_step(args.env, args.clients, "fp32")
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     chain = floor_chain(shapes, args.clients, batch, dtype)
-    engine_s, floor_s, adam_s = [], [], []
+    timings: dict[str, list[float]] = {"floor": []} if refused else {"engine": [], "floor": [], "adam": []}
+    fns = {"floor": chain} if refused else {"engine": step, "floor": chain, "adam": optimiser}
     with flushed_denormals():
-        for fn in (step, chain, optimiser):  # warm-up: workspaces, MKL's first calls
+        for fn in fns.values():  # warm-up: workspaces, MKL's first calls
             timed(fn, 20)
         for _ in range(args.blocks):
-            engine_s.append(timed(step, args.steps))
-            floor_s.append(timed(chain, args.steps))
-            adam_s.append(timed(optimiser, args.steps))
-    engine_ms, floor_ms = 1e3 * statistics.median(engine_s), 1e3 * statistics.median(floor_s)
-    adam_ms = 1e3 * statistics.median(adam_s)
+            for name, fn in fns.items():
+                timings[name].append(timed(fn, args.steps))
+    ms = {name: 1e3 * statistics.median(values) for name, values in timings.items()}
+    floor_ms = ms["floor"]
     networks = ", ".join(
         "-".join([str(layers[0][0])] + [str(out) for _, out in layers]) + f" {'Q-network' if name == 'q' else name}s"
         for name, layers in shapes.items()
@@ -238,19 +292,38 @@ def main() -> None:
     # the ratio depends on the core type: the faster its matrix products, the more the step's
     # memory-bound passes weigh against them (docs/engines.md, "Speed")
     print(f"cpu: {cpu_model()}, torch {torch.__version__}")
-    print(f"engine step   {engine_ms:7.2f} ms")
-    print(f"floor (bmm)   {floor_ms:7.2f} ms")
-    print(f"ratio         {engine_ms / floor_ms:7.2f}   (goal <= 1.3)")
-    # Adam reads parameters, gradients and both moments and writes three of them: a memory-bound
-    # pass that no chain of products contains, so floor + Adam bounds any step that trains
-    print(f"Adam alone    {adam_ms:7.2f} ms   (the step's optimiser pass, timed on its own)")
-    print(f"floor + Adam  {floor_ms + adam_ms:7.2f} ms   ratio to the floor {(floor_ms + adam_ms) / floor_ms:.2f}")
-    spec = get_spec(args.env)
-    steps = spec.rounds * spec.local_steps  # gradient_steps -1: one gradient step per env step
+    flops = chain_flops(shapes, batch)
+    rate = flops * args.clients / (floor_ms * 1e-3) / 1e9
     print(
-        f"{args.env}'s default run: {steps:,} batched gradient steps per client, "
-        f"{engine_ms * steps / 60_000:.1f} min of this engine step"
+        f"products      {flops / 1e9:7.3f} GFLOP per client and step (2 per multiply-add), floor at {rate:.0f} GFLOP/s"
     )
+    if refused:
+        print(f"engine step   refused: {refused}")
+        print(f"floor (bmm)   {floor_ms:7.2f} ms")
+    else:
+        engine_ms, adam_ms = ms["engine"], ms["adam"]
+        print(f"engine step   {engine_ms:7.2f} ms")
+        print(f"floor (bmm)   {floor_ms:7.2f} ms")
+        print(f"ratio         {engine_ms / floor_ms:7.2f}   (goal <= 1.3)")
+        # Adam reads parameters, gradients and both moments and writes three of them: a memory-bound
+        # pass that no chain of products contains, so floor + Adam bounds any step that trains
+        print(f"Adam alone    {adam_ms:7.2f} ms   (the step's optimiser pass, timed on its own)")
+        print(f"floor + Adam  {floor_ms + adam_ms:7.2f} ms   ratio to the floor {(floor_ms + adam_ms) / floor_ms:.2f}")
+    spec = get_spec(args.env)
+    budget = f"{spec.n_clients} clients x {spec.rounds} rounds x {spec.local_steps:,} steps"
+    per_client = gradient_steps_per_client(args.env)
+    if per_client is None:
+        print(f"{args.env}'s default run ({budget}): gradient steps per episode, their count not projected")
+    else:
+        steps, per_env_step = per_client
+        measured = "floor" if refused else "engine step"
+        print(
+            f"{args.env}'s default run ({budget}): {steps:,} batched gradient steps per client "
+            f"({per_env_step:g} per env step after learning_starts), "
+            f"{spec.n_clients * steps * flops / 1e15:.2f} PFLOP; "
+            f"{ms['floor' if refused else 'engine'] * steps / 3.6e6:.2f} h of this {args.clients}-client {measured} "
+            f"on one core"
+        )
     if args.round:
         projected, metrics = projected_headline("vectorised", args.precision)
         print(

@@ -23,6 +23,17 @@ def _products(chain, monkeypatch) -> list[tuple[int, ...]]:
     return seen
 
 
+def _run(bench, monkeypatch, capsys, *args: str) -> str:
+    """``main``'s output for ``args`` on one client, one block of one step."""
+    monkeypatch.setattr(sys, "argv", ["engine_floor.py", *args, "--clients", "1", "--blocks", "1", "--steps", "1"])
+    threads = torch.get_num_threads()
+    try:
+        bench.main()
+    finally:
+        torch.set_num_threads(threads)
+    return capsys.readouterr().out
+
+
 def test_the_dqn_floor_is_two_forward_passes_and_one_backward_pass(monkeypatch):
     bench = load_bench("engine_floor")
     chain = bench.floor_chain({"q": [(8, 16), (16, 16), (16, 4)]}, 2, 5, torch.float32)
@@ -44,15 +55,39 @@ def test_the_ddpg_floor_has_the_28_products_of_a_ddpg_step(monkeypatch):
 
 def test_it_prints_the_ddpg_ratio_on_the_continuous_lander(monkeypatch, capsys):
     bench = load_bench("engine_floor")
-    argv = ["engine_floor.py", "--env", "mo-lunar-lander-continuous", "--clients", "1", "--blocks", "1", "--steps", "1"]
-    monkeypatch.setattr(sys, "argv", argv)
-    threads = torch.get_num_threads()
-    try:
-        bench.main()
-    finally:
-        torch.set_num_threads(threads)
-    out = capsys.readouterr().out
+    out = _run(bench, monkeypatch, capsys, "--env", "mo-lunar-lander-continuous")
     assert "8-400-300-2 actors, 10-400-300-1 critics, batch 256" in out
     ratio = next(line for line in out.splitlines() if line.startswith("ratio"))
     assert float(ratio.split()[1]) > 0
-    assert "300,000 batched gradient steps per client" in out  # 30 rounds x 10 000 steps
+    # 30 rounds x 10 000 steps, less learning_starts' 10 000; 0.632 GFLOP per client and step
+    assert "290,000 batched gradient steps per client (1 per env step after learning_starts), 1.83 PFLOP" in out
+    assert "0.632 GFLOP per client and step" in out
+
+
+def test_the_flop_count_is_the_chains_products(monkeypatch):
+    bench = load_bench("engine_floor")
+    nets = {
+        "q": {"q": [(8, 16), (16, 16), (16, 4)]},
+        "ddpg": {"actor": [(8, 16), (16, 12), (12, 2)], "critic": [(10, 16), (16, 12), (12, 1)]},
+    }
+    for shapes in nets.values():
+        products = _products(bench.floor_chain(shapes, 2, 5, torch.float32), monkeypatch)
+        counted = sum(2 * m * k * n for _, m, k, n in products)  # per client: 2 FLOP per multiply-add
+        assert bench.chain_flops(shapes, 5) == counted
+
+
+def test_the_default_runs_gradient_steps_follow_the_spec():
+    bench = load_bench("engine_floor")
+    assert bench.gradient_steps_per_client("mo-lunar-lander") == (100_000, 1.0)  # train_freq 4, gradient_steps -1
+    assert bench.gradient_steps_per_client("minecart") == (62_250, 0.25)  # (250 000 - 1 000) / 4
+    assert bench.gradient_steps_per_client("mo-halfcheetah") == (990_000, 1.0)  # 50 x 20 000 - 10 000
+
+
+def test_bf16_times_the_floor_alone_where_the_engine_refuses_it(monkeypatch, capsys):
+    bench = load_bench("engine_floor")
+    out = _run(bench, monkeypatch, capsys, "--env", "mo-halfcheetah", "--precision", "bf16")
+    assert "17-400-300-6 actors, 23-400-300-1 critics, batch 256, bf16" in out
+    assert "engine step   refused: precision=bf16 is implemented for DQN agents" in out
+    assert "ratio" not in out
+    assert "0.653 GFLOP per client and step" in out
+    assert "990,000 batched gradient steps per client" in out and "6.46 PFLOP" in out
