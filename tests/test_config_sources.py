@@ -108,8 +108,8 @@ def test_a_plus_ft_variant_composes_its_base_and_the_switch(variant: str) -> Non
 def test_every_base_variant_has_its_plus_ft_or_is_a_method_without_one() -> None:
     bases = {v for v in VARIANTS if not v.endswith("_ft") and v != "ft"}
     without_ft = {v for v in bases if f"{v}_ft" not in VARIANTS}
-    # no communication has nothing to fine-tune after; MaTFL's +FT is not a row of the paper
-    assert without_ft == {"local", "matfl"}
+    # no communication has nothing to fine-tune after
+    assert without_ft == {"local"}
 
 
 def test_each_strategy_explains_its_own_model_column() -> None:

@@ -149,6 +149,7 @@ def test_ctrl_c_twice_under_worker_processes_exits_cleanly_and_ends_the_workers(
 
 
 def test_a_first_signal_outside_the_clients_work_stops_at_the_next_check():
+    before = signal.getsignal(signal.SIGTERM)  # Python's default, or what an earlier test left (ray.init's)
     with StopSignals() as stop:
         os.kill(os.getpid(), signal.SIGTERM)  # as if it came while a checkpoint was being written
         assert stop.received == signal.SIGTERM
@@ -158,7 +159,7 @@ def test_a_first_signal_outside_the_clients_work_stops_at_the_next_check():
         with pytest.raises(StopNow) as again:  # a second signal: exit at once, with the first one's status
             os.kill(os.getpid(), signal.SIGINT)
         assert again.value.code == 128 + signal.SIGTERM
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_a_signal_while_a_stopped_run_shuts_down_exits_at_once_without_a_traceback():
