@@ -350,9 +350,13 @@ def cluster_evolution_figure(
     if entries is None:
         preference_colorbar(fig, np.array([ax]), names[0])
     else:
-        title = f"weights ({', '.join(names)})"
         ax.legend(
-            handles=entries, title=title, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7, title_fontsize=7
+            handles=entries,
+            title=f"weights ({', '.join(names)})",
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+            fontsize=7,
+            title_fontsize=7,
         )
     if title:
         fig.suptitle(title)

@@ -237,7 +237,8 @@ def test_fronts_of_many_algorithms_are_a_grid():
 
 def test_cluster_figures_say_what_the_colours_are_with_the_objectives_names():
     history = {1: [list(range(6))], 2: [[0, 3], [1, 4], [2, 5]]}
-    fig = cluster_evolution_figure(history, GROUP_WEIGHTS, objectives=["treasure", "time"])
+    fig = cluster_evolution_figure(history, GROUP_WEIGHTS, "dst / fedpref: clusters", objectives=["treasure", "time"])
+    assert fig.get_suptitle() == "dst / fedpref: clusters"  # the legend's title is its own
     legend = fig.axes[0].get_legend()
     assert legend.get_title().get_text() == "weights (treasure, time)"
     assert [t.get_text() for t in legend.get_texts()] == ["(0.10, 0.90)", "(0.50, 0.50)", "(0.90, 0.10)"]
