@@ -49,7 +49,7 @@ __all__ = ["NEEDS_RUN_DIR", "RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_
 RUN_ONLY = {
     "branch_from": "a branch starts from a checkpoint, and the clients' states live in the Flower nodes",
     "branch_siblings": "a branch starts from a checkpoint, and the clients' states live in the Flower nodes",
-    "checkpoint_every": "a checkpoint holds the clients' states, which live in the Flower nodes",
+    "checkpoint_every": "checkpoints are written with the clients' states, which live in the Flower nodes",
     "executor": "Flower places the clients, one per node",
     "faults": "faults are injected by morlfed's executors",
     "logger": "trackers log morlfed's run",
