@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from morlfed.envs import EnvSpec, get_spec
 from morlfed.executors import make_executor
-from morlfed.federation import Federation, FederationConfig
+from morlfed.federation import Federation, FederationConfig, Recorder
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import generator
 from morlfed.strategy import make_strategy
@@ -117,7 +117,7 @@ def measure(
     with tempfile.TemporaryDirectory() as tmp:
         try:
             config = FederationConfig(clients, rounds, steps, seed, progress=False)
-            outcome = Federation(make_strategy("fedavg"), executor, config, RunDirectory(Path(tmp))).run()
+            outcome = Federation(make_strategy("fedavg"), executor, config, Recorder(RunDirectory(Path(tmp)))).run()
         finally:
             executor.close()
         with open(Path(tmp) / "rounds.csv") as fh:

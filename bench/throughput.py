@@ -49,7 +49,7 @@ def federation(kind: str, spec, n: int, rounds: int, steps: int, workers: int, s
     import csv
 
     from morlfed.executors import make_executor
-    from morlfed.federation import Federation, FederationConfig
+    from morlfed.federation import Federation, FederationConfig, Recorder
     from morlfed.rundir import RunDirectory
     from morlfed.strategy import make_strategy
     from morlfed.tasks.rl.client import RLClientFactory
@@ -70,7 +70,7 @@ def federation(kind: str, spec, n: int, rounds: int, steps: int, workers: int, s
                 make_strategy("fedavg"),
                 executor,
                 FederationConfig(n, rounds, steps, seed, progress=False),
-                RunDirectory(Path(tmp)),
+                Recorder(RunDirectory(Path(tmp))),
             ).run()
         finally:
             executor.close()

@@ -13,6 +13,7 @@ are restored, so two calls give the numbers two command-line runs give.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,7 +31,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import run_job
 from hydra.types import HydraContext
 from matplotlib.figure import Figure
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.analysis.campaign import reference_fronts, returns_gamma
@@ -232,6 +233,21 @@ def plan_experiment(*, overrides: Sequence[str] = (), **settings: Any) -> Plan:
     with _composed(settings, overrides) as cfg:
         HydraConfig.instance().set_config(cfg)
         return build_plan(cfg)
+
+
+def experiment_config(*, overrides: Sequence[str] = (), **settings: Any) -> str:
+    """The composed configuration of an experiment as YAML: the ``config.yaml`` its run directory holds.
+
+    :param overrides: further overrides in command-line syntax
+    :param settings: config groups and top-level settings, as for :func:`run_experiment`
+    :raises ConfigError: bad input, the command line's error
+    """
+    with _composed(settings, overrides) as cfg:
+        HydraConfig.instance().set_config(cfg)  # its resolvers read hydra's settings
+        run_cfg = copy.deepcopy(cfg)
+        with read_write(run_cfg), open_dict(run_cfg):  # a run's own config holds no hydra node (hydra's run_job)
+            del run_cfg["hydra"]
+        return OmegaConf.to_yaml(run_cfg, resolve=True)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ model that several clients share is one file), and a map says which client deplo
   "+FT"), with what those ids mean (``model_id_note``).
 
 :func:`deployed_weights` resolves the clients that deploy a private personal model (``None`` in
-:func:`morlfed.federation.deployed_models`) through the executor; :class:`Deployment` holds the
+:func:`morlfed.federation.deployed_models`) through the executor (or the Flower nodes) that holds them; :class:`Deployment` holds the
 result, writes it and reads it back.
 """
 
@@ -23,18 +23,29 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from morlfed.executors import Executor
 from morlfed.params import ParamLayout
 from morlfed.safestate import UnsafeStateError, file_refusal
+
+
+class PersonalModels(Protocol):
+    """Where the clients' private personal models come from: an executor, or a Flower front-end's nodes."""
+
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Clients ``cids``' private personal models (``None``: one that has none yet).
+
+        :param cids: client ids
+        """
+        ...
+
 
 #: the folder of a run directory (and of each checkpoint) that holds the deployed models
 MODELS = "models"
@@ -201,15 +212,15 @@ def _load_map(directory: Path) -> dict[str, Any]:
 
 
 def deployed_weights(
-    deployed: Mapping[int, torch.Tensor | None], executor: Executor, initial: torch.Tensor
+    deployed: Mapping[int, torch.Tensor | None], source: PersonalModels, initial: torch.Tensor
 ) -> dict[int, torch.Tensor]:
     """Each client's deployed model, its private personal model fetched where it deploys one.
 
     :param deployed: :func:`~morlfed.federation.deployed_models` (``None``: the client's personal model)
-    :param executor: the executor that owns the clients
+    :param source: where the personal models are fetched from (the executor that owns the clients, ...)
     :param initial: the shared initial model, which a client that never trained a personal model deploys
     """
-    personal = executor.personal_models([cid for cid, model in deployed.items() if model is None])
+    personal = source.personal_models([cid for cid, model in deployed.items() if model is None])
     resolved = {cid: model for cid, model in deployed.items() if model is not None}
     resolved |= {cid: initial if model is None else model for cid, model in personal.items()}
     return {cid: resolved[cid] for cid in deployed}

@@ -26,6 +26,7 @@ import shutil
 import signal
 import sys
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from morlfed.config_groups import help_groups, task_class
 from morlfed.console import one_line_warnings
 from morlfed.executors import Executor, make_executor
 from morlfed.faults import Fault, FaultyClientFactory, parse_faults
-from morlfed.federation import Federation, FederationConfig, round_budgets
+from morlfed.federation import Federation, FederationConfig, Recorder, round_budgets
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status, leave
 from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv, searchpath_argv
 from morlfed.parallelism import Parallelism
@@ -385,14 +386,13 @@ def _run(
             )
         before_last = (plan.fed.rounds - 1,) if cfg.branch_siblings else ()  # what a sibling branches from
         checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
-        federation = Federation(plan.strategy, plan.executor, plan.fed, run_dir, checkpointer, tracker, stop)
+        recorder = Recorder(run_dir, checkpointer, tracker, results=partial(plan.task.write_results, run=plan.run))
+        federation = Federation(plan.strategy, plan.executor, plan.fed, recorder, stop)
         if checkpoint is not None:
             federation.resume(checkpoint, in_place=source is None)
         clear_stopped(out)  # it goes on (a resume that failed to load keeps its mark)
         outcome = federation.run()
-        metrics = plan.task.write_results(run_dir, outcome, plan.run)
-        checkpointer.finish()
-        tracker.log_final(plan.fed.rounds, flat_scalars(metrics, "final/"), sorted(out.glob("*.png")))
+        metrics = recorder.metrics
         completed = True
     except Exception as exc:
         log.error("the run failed: %s: %s", type(exc).__name__, exc)

@@ -37,7 +37,7 @@ from morlfed.executors import (
     make_host,
 )
 from morlfed.faults import Fault, FaultyClientFactory, FaultyHost
-from morlfed.federation import Federation, FederationConfig
+from morlfed.federation import Federation, FederationConfig, Recorder
 from morlfed.params import ParamLayout
 from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
 from morlfed.rundir import RunDirectory
@@ -334,9 +334,8 @@ def test_a_run_with_a_factory_host_on_worker_processes_is_the_sequential_run(tmp
     ):
         executor.start(fac, fed.n_clients)
         try:
-            run = Federation(
-                make_strategy("fedavg"), executor, fed, RunDirectory(tmp_path / name), Checkpointer(tmp_path / name, 1)
-            )
+            recorder = Recorder(RunDirectory(tmp_path / name), Checkpointer(tmp_path / name, 1))
+            run = Federation(make_strategy("fedavg"), executor, fed, recorder)
             outcomes.append(run.run())
         finally:
             executor.close()

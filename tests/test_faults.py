@@ -19,7 +19,7 @@ import torch
 from morlfed.envs import get_spec
 from morlfed.executors import SequentialExecutor
 from morlfed.faults import Fault, FaultyClientFactory, FaultyHost, parse_faults
-from morlfed.federation import Federation, FederationConfig
+from morlfed.federation import Federation, FederationConfig, Recorder
 from morlfed.protocol import ClientFailure, FitResult, FitTask
 from morlfed.rundir import RunDirectory
 from morlfed.strategy import make_strategy
@@ -112,7 +112,7 @@ def test_sequential_run_survives_an_exception_a_hang_and_nan(tmp_path):
     executor = SequentialExecutor(client_timeout=15)  # an honest 200-step fit stays far inside it on a busy machine
     executor.start(FaultyClientFactory(factory, faults), 3)
     cfg = FederationConfig(n_clients=3, rounds=3, local_steps=200, progress=False)
-    outcome = Federation(make_strategy("fedavg"), executor, cfg, RunDirectory(tmp_path)).run()
+    outcome = Federation(make_strategy("fedavg"), executor, cfg, Recorder(RunDirectory(tmp_path))).run()
     assert sorted(outcome.evaluations) == [0, 1, 2]
     with open(tmp_path / "rounds.csv") as fh:
         rounds = list(csv.DictReader(fh))

@@ -29,7 +29,7 @@ import torch
 from morlfed.checkpoint import Checkpointer, load_server_state
 from morlfed.envs import get_spec
 from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
-from morlfed.federation import Federation, FederationConfig, FederationOutcome
+from morlfed.federation import Federation, FederationConfig, FederationOutcome, Recorder
 from morlfed.interrupt import RunStopped
 from morlfed.protocol import FitResult, FitTask
 from morlfed.resume import branch_point, record_sweep_job, resume_argv, sibling_source
@@ -72,7 +72,9 @@ class CtrlCInRound:
 def federation(run_dir: Path, factory: Any, every: int = 0) -> Federation:
     executor = SequentialExecutor()
     executor.start(factory, FED.n_clients)
-    return Federation(make_strategy("fedpref"), executor, FED, RunDirectory(run_dir), Checkpointer(run_dir, every))
+    return Federation(
+        make_strategy("fedpref"), executor, FED, Recorder(RunDirectory(run_dir), Checkpointer(run_dir, every))
+    )
 
 
 def assert_same_outcome(a: FederationOutcome, b: FederationOutcome) -> None:

@@ -8,8 +8,13 @@
   with a ServerApp that runs Flower's round loop, ready for Flower's simulation engine
   (:meth:`FlowerApps.run_simulation`) or a deployment.
 
-The Flower path and morlfed's own executors give the same final models for the same seed
-(``tests/test_flower.py``). ``examples/flower/`` runs a federation on Flower's simulation engine.
+The Flower path and morlfed's own executors run the same round
+(:class:`~morlfed.federation.round.FederatedRound`) and give the same final models for the same
+seed (``tests/test_flower.py``). With ``run_dir`` a Flower run writes the run directory morlfed's
+own run writes (:class:`~morlfed.federation.recorder.Recorder`): ``config.yaml``, the task's
+inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``, ``metrics.json``, which
+:meth:`morlfed.api.ExperimentResult.load` and ``morlfed.analysis`` read.
+``examples/flower/`` runs a federation on Flower's simulation engine.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,27 +32,31 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from morlfed.api import plan_experiment
+from morlfed.api import experiment_config, plan_experiment
 from morlfed.executors import make_host
+from morlfed.federation import Recorder
 from morlfed.flower.client_app import client_app
 from morlfed.flower.strategy import FlowerStrategy
-from morlfed.overrides import parse
+from morlfed.overrides import check_creatable, check_new_run_dir, parse
 from morlfed.protocol import Evaluation
+from morlfed.rundir import RunDirectory
 from morlfed.settings import ConfigError
+from morlfed.tasks.base import RunInfo, Task
 
-__all__ = ["RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
+__all__ = ["NEEDS_RUN_DIR", "RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
 
 #: settings of morlfed's own run that the Flower path would silently not carry out, and why
 RUN_ONLY = {
-    "branch_from": "a branch starts from a run directory's checkpoint",
-    "branch_siblings": "a branch starts from a run directory's checkpoint",
-    "checkpoint_every": "checkpoints are written into a run directory",
+    "branch_from": "a branch starts from a checkpoint, and the clients' states live in the Flower nodes",
+    "branch_siblings": "a branch starts from a checkpoint, and the clients' states live in the Flower nodes",
+    "checkpoint_every": "checkpoints are written with the clients' states, which live in the Flower nodes",
     "executor": "Flower places the clients, one per node",
     "faults": "faults are injected by morlfed's executors",
     "logger": "trackers log morlfed's run",
-    "resume": "a resumed run continues a run directory",
-    "save_similarity": "similarity matrices are written into a run directory",
+    "resume": "a resumed run restores the clients' states, which live in the Flower nodes",
 }
+#: settings that the Flower path carries out only into a run directory (``run_dir``)
+NEEDS_RUN_DIR = {"save_similarity": "similarity matrices are written into the run directory"}
 
 
 @dataclass
@@ -106,32 +117,51 @@ class FlowerApps:
         return self.strategy.evaluations.get(self.strategy.fed.rounds, {})
 
 
-def flower_apps(*, overrides: Sequence[str] = (), client_timeout: float | None = None, **settings: Any) -> FlowerApps:
+def flower_apps(
+    *,
+    overrides: Sequence[str] = (),
+    client_timeout: float | None = None,
+    run_dir: str | Path | None = None,
+    **settings: Any,
+) -> FlowerApps:
     """A federation configured as the command line configures it, as Flower apps.
 
     ``flower_apps(env="deep-sea-treasure", algo="fedpref", n_clients=4, rounds=2)`` is the
     federation ``python -m morlfed.run env=deep-sea-treasure algo=fedpref n_clients=4 rounds=2``
     runs, with Flower carrying the messages: the same preferences, clients, strategy and seeds.
-    Settings that only morlfed's own run carries out (its executor, run directory, checkpoints,
-    tracker, fault injection: :data:`RUN_ONLY`) are refused rather than ignored.
+    With ``run_dir`` the server writes the run directory that command writes (``config.yaml``, the
+    task's inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``,
+    ``metrics.json``). Settings that only morlfed's own run carries out (its executor, checkpoints
+    and resume, tracker, fault injection: :data:`RUN_ONLY`) are refused rather than ignored.
 
     :param overrides: further overrides in command-line syntax
     :param client_timeout: seconds a client's fit may take before it counts as failed (``None``: no limit)
+    :param run_dir: the run directory to write (a new one); ``None``: none, the results stay in
+        :class:`FlowerApps`
     :param settings: config groups and top-level settings, as for :func:`morlfed.run_experiment`
-    :raises ConfigError: bad input, the command line's error, or a setting of morlfed's own run
-        (:data:`RUN_ONLY`) that the Flower path does not carry out
+    :raises ConfigError: bad input, the command line's error, a setting of morlfed's own run
+        (:data:`RUN_ONLY`) that the Flower path does not carry out, or a run directory that holds
+        another run
     """
     given = {override.key_or_group.lstrip("+~") for override in parse([*overrides])} | set(settings)
     ignored = sorted(given & set(RUN_ONLY))
     if ignored:
         raise ConfigError(
-            f"{', '.join(ignored)}: {RUN_ONLY[ignored[0]]}; the Flower path has no run directory, executor or tracker "
+            f"{', '.join(ignored)}: {RUN_ONLY[ignored[0]]}; the Flower path has no checkpoints, executor or tracker "
             "of morlfed's (run it with morlfed.run_experiment or python -m morlfed.run)"
         )
+    unwritten = sorted(given & set(NEEDS_RUN_DIR)) if run_dir is None else []
+    if unwritten:
+        raise ConfigError(f"{', '.join(unwritten)}: {NEEDS_RUN_DIR[unwritten[0]]}: give flower_apps a run_dir")
     plan = plan_experiment(overrides=overrides, **settings)
+    recorder = Recorder()
+    if run_dir is not None:
+        recorder = _run_directory(
+            Path(run_dir), plan.task, plan.run, experiment_config(overrides=overrides, **settings)
+        )
     factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
     initial, layout = make_host(factory, [0], None).initial()
-    strategy = FlowerStrategy(plan.strategy, plan.fed, initial, layout)
+    strategy = FlowerStrategy(plan.strategy, plan.fed, initial, layout, recorder=recorder)
     server = ServerApp()
     apps = FlowerApps(server, client_app(factory, client_timeout), plan.fed.n_clients, strategy)
 
@@ -140,3 +170,20 @@ def flower_apps(*, overrides: Sequence[str] = (), client_timeout: float | None =
         apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
 
     return apps
+
+
+def _run_directory(path: Path, task: Task, run: RunInfo, config_yaml: str) -> Recorder:
+    """Start the run directory at ``path`` as morlfed's own run starts it; the recorder that writes the rest.
+
+    :param path: a new run directory
+    :param task: the run's task (its inputs and results)
+    :param run: the run's identity
+    :param config_yaml: the composed configuration (``config.yaml``)
+    :raises ConfigError: ``path`` cannot be created or holds another run
+    """
+    check_creatable(path)
+    check_new_run_dir(path, "run_dir")
+    run_dir = RunDirectory(path)
+    run_dir.write_text("config.yaml", config_yaml)
+    task.write_inputs(run_dir, run)
+    return Recorder(run_dir, results=partial(task.write_results, run=run))

@@ -4,7 +4,8 @@ The node's client id is its ``partition-id`` (``context.node_config``: Flower's 
 numbers its nodes 0..N-1; a deployed SuperNode is started with ``--node-config
 "partition-id=<cid>"``). The ClientApp answers three kinds of message:
 
-* ``query``: which client the node runs (the server maps node ids to client ids with it);
+* ``query``: which client the node runs (the server maps node ids to client ids with it), or,
+  when the query asks for it, the client's private personal model (for the run's ``models/``);
 * ``train``: one :class:`~morlfed.protocol.FitTask` (:mod:`morlfed.flower.records`), fitted exactly
   as morlfed's executors fit it: through the client's host, guarded (a fit that raises, runs past
   the time limit or diverges is a :class:`~morlfed.protocol.ClientFailure`, and the client is
@@ -26,10 +27,12 @@ from flwr.clientapp import ClientApp
 
 from morlfed.executors import ClientFactory, ClientHost, make_host, state_from_bytes, state_to_bytes
 from morlfed.flower.records import (
+    asks_personal_model,
     config_of,
     evaluation_from_request,
     evaluation_to_record,
     outcome_to_record,
+    personal_model_to_record,
     task_from_record,
 )
 
@@ -70,7 +73,11 @@ def client_app(factory: ClientFactory, client_timeout: float | None = None) -> C
 
     @app.query()
     def query(message: Message, context: Context) -> Message:
-        return Message(RecordDict({"client": ConfigRecord({"cid": node_client(context)})}), reply_to=message)
+        cid = node_client(context)
+        if asks_personal_model(message.content):
+            model = _host(factory, cid, client_timeout, context).personal_models([cid])[cid]
+            return Message(personal_model_to_record(cid, model), reply_to=message)
+        return Message(RecordDict({"client": ConfigRecord({"cid": cid})}), reply_to=message)
 
     @app.train()
     def train(message: Message, context: Context) -> Message:

@@ -204,3 +204,33 @@ def evaluation_from_record(record: RecordDict) -> Evaluation:
         metrics=metrics_of(record, "metrics"),
         env_steps=scalars.get("env_steps"),
     )
+
+
+def personal_model_request() -> RecordDict:
+    """A ``query`` that asks a node for its client's private personal model (the run's ``models/``)."""
+    return RecordDict({"ask": ConfigRecord({"personal_model": True})})
+
+
+def asks_personal_model(record: RecordDict) -> bool:
+    """Whether a ``query``'s content asks for the client's personal model (:func:`personal_model_request`).
+
+    :param record: the query's content
+    """
+    return "ask" in record and bool(config_of(record, "ask").get("personal_model", False))
+
+
+def personal_model_to_record(cid: int, model: torch.Tensor | None) -> RecordDict:
+    """A client's answer to :func:`personal_model_request`: its id and its personal model (``None``: none yet).
+
+    :param cid: the client
+    :param model: its ``[d]`` personal model
+    """
+    return RecordDict({"client": ConfigRecord({"cid": cid}), "model": _arrays(params=model)})
+
+
+def personal_model_from_record(record: RecordDict) -> tuple[int, torch.Tensor | None]:
+    """Inverse of :func:`personal_model_to_record`.
+
+    :param record: the reply's content
+    """
+    return int(config_of(record, "client")["cid"]), _tensor(record_of(record, "model", ArrayRecord), "params")

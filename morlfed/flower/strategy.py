@@ -2,15 +2,16 @@
 
 Flower ships no clustered or personalised strategy; wrapped here, FedPref, FedFew, FedMHC, FedPG,
 CFL, IFCA and the others run on Flower's ServerApp with Flower's own round loop
-(:meth:`flwr.serverapp.strategy.Strategy.start`), and each client gets its own model.
+(:meth:`flwr.serverapp.strategy.Strategy.start`), and each client gets its own model. The round
+itself is morlfed's (:class:`~morlfed.federation.round.FederatedRound`, the one morlfed's own loop
+runs), and so is the run's record (:class:`~morlfed.federation.recorder.Recorder`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
 
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -18,25 +19,25 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy as FlwrStrategy
 
 from morlfed.federation import (
+    FederatedRound,
     FederationConfig,
-    deployed_models,
-    eval_due,
-    eval_seeds,
+    FederationOutcome,
+    Recorder,
+    RoundReport,
     mean_metric,
     mean_scalarised,
-    participants_for,
-    split_results,
 )
 from morlfed.flower.records import (
     config_of,
     evaluation_from_record,
     evaluation_request,
     outcome_from_record,
+    personal_model_from_record,
+    personal_model_request,
     task_to_record,
 )
 from morlfed.params import ParamLayout
 from morlfed.protocol import ClientFailure, Evaluation, FitResult
-from morlfed.seeding import generator
 from morlfed.strategy import Strategy
 
 log = logging.getLogger(__name__)
@@ -45,26 +46,33 @@ log = logging.getLogger(__name__)
 class FlowerStrategy(FlwrStrategy):
     """A morlfed :class:`~morlfed.strategy.Strategy` behind Flower's strategy interface.
 
-    Each round, the morlfed strategy configures a :class:`~morlfed.protocol.FitTask` per sampled
-    client (:func:`~morlfed.federation.participants_for`, the same sampling as morlfed's loop), and
-    :meth:`configure_train` sends each one to the node that runs that client: a personalised or
-    clustered strategy sends each client its own model, a multi-model one its ``[K, d]`` models.
-    :meth:`aggregate_train` hands the usable results to the morlfed strategy (a failed or
-    non-finite one is left out, as morlfed's loop leaves it out) and returns every client's
-    deployed model as one ``ArrayRecord`` (``client-<cid>``): the ``arrays`` of Flower's round
-    loop, and ``Result.arrays`` at its end. In a "+FT" run's last round the clients keep their
-    fine-tuned models instead. The clients evaluate the models they deploy in the last round and
-    every ``eval_every`` rounds, with morlfed's evaluation seeds (:func:`~morlfed.federation.eval_seeds`; :attr:`evaluations`).
+    Flower splits a round across callbacks; each hands its half to morlfed's round object
+    (:attr:`round`, a :class:`~morlfed.federation.round.FederatedRound`, the round morlfed's own
+    loop runs). :meth:`configure_train` sends each sampled client's task
+    (:meth:`~morlfed.federation.round.FederatedRound.begin`) to the node that runs that client: a
+    personalised or clustered strategy sends each client its own model, a multi-model one its
+    ``[K, d]`` models. :meth:`aggregate_train` hands the outcomes back
+    (:meth:`~morlfed.federation.round.FederatedRound.end`: failed and non-finite results left
+    out, aggregation or the "+FT" models) and returns every client's deployed model as one
+    ``ArrayRecord`` (``client-<cid>``): the ``arrays`` of Flower's round loop, and
+    ``Result.arrays`` at its end. The clients evaluate the models they deploy in the last round and
+    every ``eval_every`` rounds, with morlfed's evaluation seeds (:attr:`evaluations`).
+    :meth:`aggregate_evaluate` closes the round: the recorder writes it down, and after the last
+    round the run's results (:attr:`outcome`); a client's private personal model is fetched from
+    its node for ``models/`` (:meth:`personal_models`).
 
     Client duties (the ClientApp, :func:`morlfed.flower.client_app.client_app`): answer a
-    ``query`` with its client id, carry out a ``train`` message's task and reply with its
-    outcome, evaluate an ``evaluate`` message's model.
+    ``query`` with its client id or its personal model, carry out a ``train`` message's task and
+    reply with its outcome, evaluate an ``evaluate`` message's model.
 
     :param strategy: the morlfed strategy
     :param fed: the federation's settings (clients, rounds, seed, participation, finetune, eval_every)
     :param initial: the shared initial model, ``[d]``
     :param layout: its layout
     :param node_wait: seconds to wait for a node per client to connect before the first round
+    :param recorder: writes the run's record (a run directory: :func:`morlfed.flower.flower_apps`'s
+        ``run_dir``); by default one that only logs each round's line. It takes no checkpointer:
+        the clients' states live in the Flower nodes
     """
 
     def __init__(
@@ -74,19 +82,25 @@ class FlowerStrategy(FlwrStrategy):
         initial: torch.Tensor,
         layout: ParamLayout,
         node_wait: float = 120.0,
+        recorder: Recorder | None = None,
     ) -> None:
         self.strategy, self.fed, self.node_wait = strategy, fed, node_wait
-        strategy.setup(fed.n_clients, initial, layout, generator(fed.seed, "strategy"))
+        #: the round morlfed's own loop runs: sampling, configuring, aggregating, the deployed models
+        self.round = FederatedRound(strategy, fed, initial, layout)
+        self.recorder = recorder or Recorder()
+        self.recorder.attach(self.round, self)
         #: node id of each client, learnt from the nodes' answers to a query before the first round
         self.nodes: dict[int, int] = {}
         self._client_of_node: dict[int, int] = {}  # the inverse of nodes
-        #: "+FT": the fine-tuned models the clients keep after the last round
-        self.finetuned: dict[int, torch.Tensor] = {}
         #: the clients' evaluations of their deployed models, by round (the last round's: the final one)
         self.evaluations: dict[int, dict[int, Evaluation]] = {}
         #: each round's failed clients and why
         self.failures: dict[int, dict[int, str]] = {}
-        self._sent: set[int] = set()
+        #: what the run produced, once its last round is done
+        self.outcome: FederationOutcome | None = None
+        self._report: RoundReport | None = None  # the round's report, recorded once its evaluation is in
+        self._grid: Grid | None = None
+        self._started: float | None = None
 
     # ------------------------------------------------------------------------------------------
     # Flower's interface
@@ -97,15 +111,12 @@ class FlowerStrategy(FlwrStrategy):
 
         ``arrays`` is not read: the morlfed strategy holds every client's model.
         """
+        if self._started is None:
+            self._started = time.perf_counter()
         self._find_nodes(grid)
-        tasks = self.strategy.configure(server_round, participants_for(self.fed, server_round))
-        self._sent = set(tasks)
+        tasks = self.round.begin(server_round)
         return [
-            Message(
-                task_to_record(replace(task, round=server_round)),
-                dst_node_id=self.nodes[cid],
-                message_type=MessageType.TRAIN,
-            )
+            Message(task_to_record(task), dst_node_id=self.nodes[cid], message_type=MessageType.TRAIN)
             for cid, task in tasks.items()
         ]
 
@@ -113,23 +124,13 @@ class FlowerStrategy(FlwrStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Aggregate the usable results; return every client's deployed model and the round's figures."""
-        outcomes: dict[int, FitResult | ClientFailure] = {
-            self._client(reply): self._outcome(reply) for reply in replies
-        }
-        for cid in self._sent - set(outcomes):
-            outcomes[cid] = ClientFailure("no reply from its Flower node")
-        ok, failed = split_results(outcomes)
-        self.failures[server_round] = failed
-        for cid, why in sorted(failed.items()):
-            log.warning("round %d: client %d failed, left out of this round: %s", server_round, cid, why)
-        if self.fed.finetune and server_round == self.fed.rounds:
-            self.finetuned = {cid: self.strategy.finetuned_model(cid, result) for cid, result in ok.items()}
-        else:
-            self.strategy.aggregate(server_round, ok)
+        outcomes = {self._client(reply): self._outcome(reply) for reply in replies}
+        report = self.round.end(server_round, outcomes)
+        self.failures[server_round], self._report = report.failed, report
         figures: dict[str, int | float] = {
-            "mean_train_reward": mean_metric(ok, "train_reward"),
-            "aggregated": len(ok),
-            "failed": len(failed),
+            "mean_train_reward": mean_metric(report.ok, "train_reward"),
+            "aggregated": len(report.ok),
+            "failed": len(report.failed),
         }
         return self.deployed_arrays(), MetricRecord(figures)  # type: ignore[arg-type]  # dict is invariant
 
@@ -137,10 +138,10 @@ class FlowerStrategy(FlwrStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """Every client evaluates the model it deploys, in the last round and every ``eval_every`` rounds."""
-        if server_round != self.fed.rounds and not eval_due(self.fed, server_round):
+        if server_round != self.fed.rounds and not self.round.eval_due(server_round):
             return []
         self._find_nodes(grid)
-        seeds = eval_seeds(self.fed)
+        seeds = self.round.eval_seeds()
         return [
             Message(
                 evaluation_request(model, seeds[cid]),
@@ -151,17 +152,17 @@ class FlowerStrategy(FlwrStrategy):
         ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """Keep the evaluations (:attr:`evaluations`); return their mean scalarised value."""
+        """Keep the evaluations (:attr:`evaluations`), record the round (and the run after the last); return their mean."""
         evaluations = {}
         for reply in replies:
             if reply.has_error():
                 log.warning("round %d: an evaluation failed: %s", server_round, reply.error.reason)
             else:
                 evaluations[self._client(reply)] = evaluation_from_record(reply.content)
-        if not evaluations:
-            return None
-        self.evaluations[server_round] = evaluations
-        return MetricRecord({"mean_scalarised": mean_scalarised(evaluations)})
+        if evaluations:
+            self.evaluations[server_round] = evaluations
+        self._record(server_round, evaluations)
+        return MetricRecord({"mean_scalarised": mean_scalarised(evaluations)}) if evaluations else None
 
     def summary(self) -> None:
         """Log what runs: the morlfed strategy and the federation's settings."""
@@ -171,7 +172,7 @@ class FlowerStrategy(FlwrStrategy):
     # the deployed models
     def deployed(self) -> dict[int, torch.Tensor | None]:
         """The model each client deploys now (``None``: its private personal model)."""
-        return deployed_models(self.strategy, self.fed.n_clients, self.finetuned)
+        return self.round.deployed()
 
     def deployed_arrays(self) -> ArrayRecord:
         """:meth:`deployed` as one ``ArrayRecord``: ``client-<cid>`` for each client with a server-side model."""
@@ -179,9 +180,53 @@ class FlowerStrategy(FlwrStrategy):
             {f"client-{cid}": Array(model.numpy()) for cid, model in self.deployed().items() if model is not None}
         )
 
+    def personal_models(self, cids: Sequence[int]) -> dict[int, torch.Tensor | None]:
+        """Clients ``cids``' private personal models, each asked of its node (a ``query``).
+
+        :param cids: client ids
+        :raises RuntimeError: no round ran yet (no nodes to ask), or a node did not answer
+        """
+        if not cids:
+            return {}
+        if self._grid is None:
+            raise RuntimeError("the personal models live in the Flower nodes: no round has reached them yet")
+        queries = [
+            Message(personal_model_request(), dst_node_id=self.nodes[cid], message_type=MessageType.QUERY)
+            for cid in cids
+        ]
+        models: dict[int, torch.Tensor | None] = {}
+        for reply in self._grid.send_and_receive(queries):
+            if reply.has_error():
+                raise RuntimeError(f"a Flower node did not send its personal model: {reply.error.reason}")
+            cid, model = personal_model_from_record(reply.content)
+            models[cid] = model
+        missing = sorted(set(cids) - set(models))
+        if missing:
+            raise RuntimeError(f"clients {missing} sent no personal model")
+        return models
+
     # ------------------------------------------------------------------------------------------
+    def _record(self, rnd: int, evaluations: dict[int, Evaluation]) -> None:
+        """Round ``rnd`` is over (its evaluation too): the recorder writes it, and after the last round the run."""
+        report = self._report
+        assert report is not None and report.round == rnd, "aggregate_train reports the round first"
+        if evaluations and rnd < self.fed.rounds:  # a learning-curve point; the last round's is the final evaluation
+            self.recorder.on_evaluation(rnd, evaluations)
+            report.evaluated = mean_scalarised(evaluations)
+        report.seconds = self.round.since_begin()
+        report.elapsed = time.perf_counter() - (self._started or time.perf_counter())
+        self.recorder.on_round(report)
+        if rnd < self.fed.rounds:
+            return
+        missing = sorted(set(range(self.fed.n_clients)) - set(evaluations))
+        if missing:
+            raise RuntimeError(f"clients {missing} sent no final evaluation: the run's results cannot be written")
+        self.outcome = self.round.outcome(evaluations, report.elapsed)
+        self.recorder.on_end(self.outcome)
+
     def _find_nodes(self, grid: Grid) -> None:
         """Learn which node runs which client, once: a ``query`` to every node."""
+        self._grid = grid
         if len(self.nodes) == self.fed.n_clients:
             return
         waited = time.monotonic()
