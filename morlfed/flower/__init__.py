@@ -25,7 +25,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from morlfed.api import plan_experiment
+from morlfed.compose import plan_composed
 from morlfed.executors import make_host
 from morlfed.flower.client_app import client_app
 from morlfed.flower.strategy import FlowerStrategy
@@ -128,7 +128,7 @@ def flower_apps(*, overrides: Sequence[str] = (), client_timeout: float | None =
             f"{', '.join(ignored)}: {RUN_ONLY[ignored[0]]}; the Flower path has no run directory, executor or tracker "
             "of morlfed's (run it with morlfed.run_experiment or python -m morlfed.run)"
         )
-    plan = plan_experiment(overrides=overrides, **settings)
+    plan = plan_composed(settings, overrides)  # the core's Experiment, built as the command line builds it
     factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
     initial, layout = make_host(factory, [0], None).initial()
     strategy = FlowerStrategy(plan.strategy, plan.fed, initial, layout)
