@@ -14,7 +14,11 @@ before the last round (:mod:`morlfed.resume`), and ``branch_siblings=true`` does
 within a sweep folder.
 
 The task (``task=``, :mod:`morlfed.tasks`) builds the clients and reports their results; this
-module knows nothing about environments or datasets.
+module knows nothing about environments or datasets. The command line is a front-end of the
+plain-Python core, :mod:`morlfed.experiment`: :func:`build_plan` builds the task and strategy the
+configuration names and hands them to :func:`~morlfed.experiment.build_experiment`, and
+:func:`execute` runs the result with :func:`~morlfed.experiment.carry_out`, hydra's part (the run
+directory, the groups' options) passed explicitly as a :class:`Job`.
 """
 
 from __future__ import annotations
