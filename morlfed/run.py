@@ -155,7 +155,7 @@ def build_plan(
         algo=choices["algo"],
         heterogeneity=choices[kind.heterogeneity],
         tracker_label=choices["logger"],
-        config_yaml=OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True),
+        config_yaml=OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"]), resolve=True),
         command=command or "(defaults)",
     )
 
