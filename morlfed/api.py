@@ -7,31 +7,20 @@ the same composition (hydra's compose API on the same configuration), the same r
 (:func:`morlfed.run.execute`) and the same run directory. Bad input raises the
 :class:`~morlfed.settings.ConfigError` whose message the command line prints. Nothing is left
 behind in the process: hydra's global state, the logging configuration and torch's thread count
-are restored, so two calls give the numbers two command-line runs give.
+are restored, so two calls give the numbers two command-line runs give (:mod:`morlfed.compose`).
+A config group may also be given as an object: ``run_experiment(algo=FedPref(top_r=0.5))``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import json
-import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
-import torch
-from hydra import compose
-from hydra._internal.callbacks import Callbacks
-from hydra.core.global_hydra import GlobalHydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import run_job
-from hydra.types import HydraContext
 from matplotlib.figure import Figure
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.analysis.campaign import reference_fronts, returns_gamma
@@ -40,11 +29,9 @@ from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.policies import Rollout, contact_sheet, rl_run, rollout, sb3_model
 from morlfed.analysis.run_files import check_agreement
 from morlfed.analysis.runs import Run, load_run
+from morlfed.compose import plan_composed, run_composed
+from morlfed.experiment import Experiment
 from morlfed.figures import front_figure, non_dominated_mask
-from morlfed.overrides import compose_api, parse, precheck_argv, searchpath_argv
-from morlfed.resume import resume_argv
-from morlfed.run import Plan, build_plan, execute
-from morlfed.settings import ConfigError
 
 
 @dataclass(frozen=True)
@@ -191,35 +178,30 @@ def run_experiment(
     (``n_clients``, ``rounds``, ``seed``, ``finetune``, ...), written as the command line writes
     them (``True`` as ``true``, ``None`` as ``null``, lists and mappings in hydra's syntax).
 
+    The rule for objects: a config group may be given as the object it stands for, and the
+    object is used as it is, in place of the group's config. ``algo=`` takes a
+    :class:`~morlfed.strategy.Strategy` (``algo=FedPref(top_r=0.5)``: its parameters are the
+    object's, not ``conf/algo``'s; the run is named for the config whose ``_target_`` is its
+    class, else for the class, and ``config.yaml`` records its class and parameters); ``env=``
+    takes an :class:`~morlfed.envs.EnvSpec` (its defaults of clients, rounds and local steps
+    included). Everything else is composed from the plain values as the command line composes it,
+    and checked with the same one-line errors; an override below an object's group
+    (``algo.top_r=`` beside ``algo=FedPref()``) is refused. To build a run from objects alone,
+    without the command line's configuration, see :mod:`morlfed.experiment`.
+
     :param overrides: further overrides in command-line syntax, for nested keys and additions
         (``"algo.top_r=0.5"``, ``"env.agent_kwargs.learning_rate=0.001"``)
     :param run_dir: the run directory (``hydra.run.dir``); by default a new one under ``runs/``,
         as the command line's
-    :param settings: config groups and top-level settings
+    :param settings: config groups (values or objects) and top-level settings
     :raises ConfigError: bad input (an unknown key or option, a value of the wrong type, a run
         directory that holds another run): the command line's error, and nothing is written
     :raises morlfed.interrupt.RunStopped: SIGINT or SIGTERM stopped the run (it can be resumed)
     """
-    if run_dir is not None:
-        overrides = [*overrides, _override("hydra.run.dir", Path(run_dir))]
-    outcome: dict[str, Any] = {}
-
-    def task(cfg: DictConfig) -> None:
-        outcome["run_dir"] = Path(HydraConfig.get().runtime.output_dir)
-        try:
-            outcome["metrics"] = execute(cfg)
-        except BaseException as exc:  # a stop too: handed back after hydra's cleanup
-            outcome["error"] = exc
-
-    with _composed(settings, overrides) as cfg:
-        context = HydraContext(GlobalHydra.instance().config_loader(), Callbacks(cfg))
-        run_job(task_function=task, config=cfg, job_dir_key="hydra.run.dir", job_subdir_key=None, hydra_context=context)
-    if "error" in outcome:
-        raise outcome["error"]
-    return ExperimentResult.load(outcome["run_dir"])
+    return ExperimentResult.load(run_composed(settings, overrides, run_dir))
 
 
-def plan_experiment(*, overrides: Sequence[str] = (), **settings: Any) -> Plan:
+def plan_experiment(*, overrides: Sequence[str] = (), **settings: Any) -> Experiment:
     """The validated parts of an experiment, built as :func:`run_experiment` builds them, nothing run or written.
 
     The task (its clients' factory: ``plan.task.client_factory(plan.fed, threads)``), the
@@ -227,102 +209,11 @@ def plan_experiment(*, overrides: Sequence[str] = (), **settings: Any) -> Plan:
     morlfed's strategies and clients its own way (:mod:`morlfed.flower`).
 
     :param overrides: further overrides in command-line syntax
-    :param settings: config groups and top-level settings, as for :func:`run_experiment`
+    :param settings: config groups (values or objects) and top-level settings, as for :func:`run_experiment`
     :raises ConfigError: bad input, the command line's error
     """
-    with _composed(settings, overrides) as cfg:
-        HydraConfig.instance().set_config(cfg)
-        return build_plan(cfg)
-
-
-def experiment_config(*, overrides: Sequence[str] = (), **settings: Any) -> str:
-    """The composed configuration of an experiment as YAML: the ``config.yaml`` its run directory holds.
-
-    :param overrides: further overrides in command-line syntax
-    :param settings: config groups and top-level settings, as for :func:`run_experiment`
-    :raises ConfigError: bad input, the command line's error
-    """
-    with _composed(settings, overrides) as cfg:
-        HydraConfig.instance().set_config(cfg)  # its resolvers read hydra's settings
-        run_cfg = copy.deepcopy(cfg)
-        with read_write(run_cfg), open_dict(run_cfg):  # a run's own config holds no hydra node (hydra's run_job)
-            del run_cfg["hydra"]
-        return OmegaConf.to_yaml(run_cfg, resolve=True)
-
-
-@contextlib.contextmanager
-def _composed(settings: Mapping[str, Any], overrides: Sequence[str]) -> Iterator[DictConfig]:
-    """The configuration of these settings and overrides, checked as the command line checks it, hydra's state restored after."""
-    argv = [*(_override(key, value) for key, value in settings.items()), *overrides]
-    _refuse_what_only_the_command_line_does(argv)
-    argv = searchpath_argv(resume_argv(argv))
-    precheck_argv(argv)
-    with _process_state_restored(), compose_api():
-        yield compose("config", overrides=[*argv, "hydra.job.name=run"], return_hydra_config=True)
-
-
-def _override(key: str, value: Any) -> str:
-    """One ``key=value`` override, the value written in hydra's override syntax."""
-    return f"{key}={_value(value)}"
-
-
-def _value(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return repr(value.item() if isinstance(value, np.generic) else value)
-    if isinstance(value, (str, Path)):
-        text = str(value)
-        # quoted where hydra's grammar would read the text as something else (a list, a sweep, ...)
-        plain = text and all(c.isalnum() or c in "-_./:+@" for c in text)
-        return text if plain else "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{k}:{_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_value(v) for v in value) + "]"
-    raise ConfigError(f"cannot write {value!r} ({type(value).__name__}) as a command-line value")
-
-
-def _refuse_what_only_the_command_line_does(argv: list[str]) -> None:
-    """A sweep, hydra's flags: the command line's, not one experiment's."""
-    flags = [a for a in argv if a.startswith("-")]
-    if flags:
-        raise ConfigError(f"{flags[0]} is a command-line flag; run_experiment runs one experiment")
-    sweeps = [o for o in parse(argv) if o.is_sweep_override()]
-    if sweeps:
-        raise ConfigError(
-            f"{sweeps[0].input_line} is a sweep; run_experiment runs one experiment: call it once per value "
-            "(or run the sweep with python -m morlfed.run -m)"
-        )
+    return plan_composed(settings, overrides)
 
 
 def _objective(column: str) -> int:
     return int(column.rsplit("_", 1)[1])
-
-
-@contextlib.contextmanager
-def _process_state_restored() -> Iterator[None]:
-    """Put back what a run changes in the process: the logging configuration, hydra's config, torch's threads."""
-    root = logging.getLogger()
-    handlers, level, threads = list(root.handlers), root.level, torch.get_num_threads()
-    loggers = {
-        name: (lg.level, lg.disabled)
-        for name, lg in logging.Logger.manager.loggerDict.items()
-        if isinstance(lg, logging.Logger)
-    }
-    hydra_config = HydraConfig.instance().cfg
-    try:
-        yield
-    finally:
-        for handler in set(root.handlers) - set(handlers):
-            handler.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        for name, (lg_level, disabled) in loggers.items():
-            lg = logging.getLogger(name)
-            lg.setLevel(lg_level)
-            lg.disabled = disabled
-        HydraConfig.instance().cfg = hydra_config
-        torch.set_num_threads(threads)

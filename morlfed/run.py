@@ -14,7 +14,11 @@ before the last round (:mod:`morlfed.resume`), and ``branch_siblings=true`` does
 within a sweep folder.
 
 The task (``task=``, :mod:`morlfed.tasks`) builds the clients and reports their results; this
-module knows nothing about environments or datasets.
+module knows nothing about environments or datasets. The command line is a front-end of the
+plain-Python core, :mod:`morlfed.experiment`: :func:`build_plan` builds the task and strategy the
+configuration names and hands them to :func:`~morlfed.experiment.build_experiment`, and
+:func:`execute` runs the result with :func:`~morlfed.experiment.carry_out`, hydra's part (the run
+directory, the groups' options) passed explicitly as a :class:`Job`.
 """
 
 from __future__ import annotations
@@ -22,33 +26,27 @@ from __future__ import annotations
 import errno
 import logging
 import secrets
-import shutil
 import signal
 import sys
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import hydra
-import numpy as np
+from hydra.conf import HydraConf
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from morlfed.checkpoint import Checkpointer, checkpoint_round
 from morlfed.config_groups import help_groups, task_class
 from morlfed.console import one_line_warnings
-from morlfed.executors import Executor, make_executor
-from morlfed.faults import Fault, FaultyClientFactory, parse_faults
-from morlfed.federation import Federation, FederationConfig, Recorder, round_budgets
+from morlfed.experiment import Experiment, Settings, Start, build_experiment, carry_out
+from morlfed.experiment.launch import remove_new_run_dir
 from morlfed.interrupt import RunStopped, StopNow, StopSignals, exit_status, leave
 from morlfed.overrides import check_creatable, check_new_run_dir, precheck_argv, searchpath_argv
-from morlfed.parallelism import Parallelism
-from morlfed.parallelism import resolve as resolve_parallelism
-from morlfed.projection import Projection, physical_memory
-from morlfed.provenance import code_version, describe_code, package_version
+from morlfed.provenance import package_version
 from morlfed.resume import (
     RESUME_OR_BRANCH,
     branch_point,
@@ -58,14 +56,11 @@ from morlfed.resume import (
     resume_point,
     sibling_source,
 )
-from morlfed.rundir import RunDirectory
 from morlfed.runlock import run_dir_lock
-from morlfed.runstatus import clear_stopped
 from morlfed.settings import ConfigError, check_settings
-from morlfed.startstop import early_lock, launch_summary, record_stop, remove_new_run_dir
+from morlfed.startstop import early_lock, record_stop
 from morlfed.strategy import Strategy
-from morlfed.tasks.base import RunInfo, Task
-from morlfed.tracking import Tracker, flat_scalars, tracker_class
+from morlfed.tracking import tracker_class
 
 EXIT_BAD_INPUT = 2
 #: Storage failures a run reports in words, by errno (the latest checkpoint stays for ``resume=``).
@@ -78,169 +73,91 @@ STORAGE_ERRORS = {
 log = logging.getLogger("morlfed.run")  # also when run as __main__
 
 
-@dataclass
-class Plan:
-    """A validated run: everything built, nothing trained yet.
+@dataclass(frozen=True)
+class Job:
+    """What hydra says of this run, passed explicitly: its directory, its config groups' options, its overrides.
 
-    :param task: the task (its environment or dataset, preferences or partition)
-    :param fed: the loop's settings
-    :param strategy: the server strategy
-    :param executor: how the clients run
-    :param run: the run's identity (algo, dist, variant)
-    :param faults: injected faults (chaos testing)
-    :param checkpoint_every: keep the checkpoint of every k-th round once the run completes (0: none)
-    :param tracker: the experiment tracker's class (``logger=``)
-    :param tracker_options: its options (``conf/logger/<name>.yaml`` without ``_target_``)
-    :param parallelism: the executor, workers and threads the run resolved (``auto`` settings)
-    :param warning: what the projection of its size warns of (:mod:`morlfed.projection`), if anything
+    :param out: the run directory (hydra's ``runtime.output_dir``)
+    :param choices: each config group's option (``{"algo": "fedpref", "dist": "equidistant", ...}``)
+    :param dir_key: how the command line names the directory: ``hydra.run.dir``, or
+        ``hydra.sweep.dir`` for a sweep's job (its folder below that)
+    :param overrides: the command line's overrides, as ``run.log`` shows them
     """
 
-    task: Task
-    fed: FederationConfig
-    strategy: Strategy
-    executor: Executor
-    run: RunInfo
-    faults: list[Fault] = field(default_factory=list)
-    checkpoint_every: int = 0
-    tracker: type[Tracker] = Tracker
-    tracker_options: dict[str, Any] = field(default_factory=dict)
-    parallelism: Parallelism = field(default_factory=lambda: Parallelism("sequential", 1, 1, 1))
-    warning: str | None = None
+    out: Path
+    choices: Mapping[str, Any]
+    dir_key: str = "hydra.run.dir"
+    overrides: tuple[str, ...] = ()
 
-    @property
-    def name(self) -> str:
-        """The run's name for trackers and ``run.log``: ``<env or data>/<label>/<dist or partition>/seed<seed>``."""
-        return f"{self.task.describe()}/{self.run.label}/{self.run.heterogeneity}/seed{self.fed.seed}"
+    @classmethod
+    def of(cls, hydra_cfg: DictConfig | HydraConf) -> Job:
+        """The job that hydra's node of a composed configuration describes (``HydraConfig.get()``, ``cfg.hydra``).
+
+        :param hydra_cfg: the ``hydra`` node, its ``runtime.output_dir`` set
+        """
+        sweep = hydra_cfg.mode == RunMode.MULTIRUN
+        return cls(
+            Path(hydra_cfg.runtime.output_dir),
+            dict(hydra_cfg.runtime.choices),
+            "hydra.sweep.dir" if sweep else "hydra.run.dir",
+            tuple(hydra_cfg.overrides.task),
+        )
 
 
-def build_plan(cfg: DictConfig) -> Plan:
-    """Validate the composed config and build the run's parts (raises :class:`ConfigError`)."""
-    choices = HydraConfig.get().runtime.choices
+def build_plan(
+    cfg: DictConfig, choices: Mapping[str, Any] | None = None, strategy: Strategy | None = None, command: str = ""
+) -> Experiment:
+    """Validate the composed config and build the run's objects (raises :class:`ConfigError`).
+
+    The task, strategy, executor, faults and tracker the configuration names, assembled by the
+    core (:func:`~morlfed.experiment.build_experiment`), which validates them as it validates an
+    experiment built in Python.
+
+    :param cfg: the composed configuration
+    :param choices: each config group's option (default: the current hydra config's)
+    :param strategy: a strategy object that takes the place of ``cfg.algo`` (its name: ``choices["algo"]``)
+    :param command: the command line's overrides, as ``run.log`` shows them
+    """
+    choices = HydraConfig.get().runtime.choices if choices is None else choices
     try:
         check_settings(cfg)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    n, rounds, steps = cfg.n_clients, cfg.rounds, cfg.local_steps
     try:
         kind = task_class(cfg.task.name)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    fed = FederationConfig(
-        n_clients=n,
-        rounds=rounds,
-        local_steps=steps,
-        seed=cfg.seed,
-        participation=float(cfg.participation),
-        finetune=cfg.finetune,
-        save_similarity=cfg.save_similarity,
-        progress=cfg.progress,
-        eval_every=cfg.eval_every,
-        round_metrics=kind.round_metrics,
-        budget_unit=kind.budget_unit,
-    )
-    projection = Projection(rounds, round_budgets(fed).total(), kind.budget_unit, kind.budget_rate)
-    try:  # before anything is built: no budget holds up the start
-        warning = projection.check(physical_memory())
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+    settings = Settings(**{f.name: cfg[f.name] for f in fields(Settings)})
+    settings.federation(kind)  # the budget's projection, before the task is built: no budget holds up the start
     try:
-        task = kind.from_config(cfg, n, cfg.seed)
+        task = kind.from_config(cfg, cfg.n_clients, cfg.seed)
     except (ValueError, TypeError) as exc:
         raise ConfigError(str(exc)) from exc
-    try:
-        strategy = instantiate(cfg.algo, _convert_="all")
-        strategy.validate(n, rounds - 1 if cfg.finetune else rounds)  # a "+FT" run's last round is not aggregated
-    except Exception as exc:  # hydra wraps constructor errors in InstantiationException
-        cause = exc.__cause__ or exc
-        raise ConfigError(f"algo={choices['algo']}: {cause}") from exc
-    options = {k: v for k, v in cfg.executor.items() if k != "name"}
-    try:
-        asked = (cfg.executor.name, options.get("workers"), cfg.torch_threads, n, n * rounds * steps)  # budget last
-        parallelism = resolve_parallelism(*asked, gpu_batched=task.gpu_batched)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    if cfg.executor.name == "auto":  # auto carries the process executor's options
-        options["workers"] = parallelism.workers
-        if parallelism.executor == "sequential":
-            options = {"client_timeout": options["client_timeout"]}
-    try:
-        executor = make_executor(parallelism.executor, **options)
-    except (ValueError, TypeError, ImportError) as exc:
-        raise ConfigError(f"executor: {exc}") from exc
-    try:
-        faults = parse_faults(OmegaConf.to_container(cfg.faults, resolve=True), n, rounds, parallelism.executor)
-        if faults:
-            task.check_fault_injection()
-        Checkpointer(Path("."), cfg.checkpoint_every)  # validates checkpoint_every
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
-    run = RunInfo(
-        choices["algo"],
-        fed.finetune,
-        kind.heterogeneity,
-        choices[kind.heterogeneity],
-        fed,
-        parallelism=parallelism.record(),
-        code=code_version(),
-    )
+    if strategy is None:
+        try:
+            strategy = instantiate(cfg.algo, _convert_="all")
+        except Exception as exc:  # hydra wraps constructor errors in InstantiationException
+            raise ConfigError(f"algo={choices['algo']}: {exc.__cause__ or exc}") from exc
     tracker_options: dict[str, Any] = OmegaConf.to_container(cfg.logger, resolve=True)  # type: ignore[assignment]
     try:
         tracker = tracker_class(tracker_options.pop("_target_"), choices["logger"])
     except ImportError as exc:
         raise ConfigError(str(exc)) from exc
-    plan = Plan(task, fed, strategy, executor, run, faults, cfg.checkpoint_every, tracker, tracker_options, parallelism)
-    plan.warning = warning
-    return plan
-
-
-def _start_tracker(plan: Plan, cfg: DictConfig, out: Path) -> Tracker:
-    """The run's tracker (``logger=``).
-
-    A backend that cannot start (``logger=wandb`` online without a login, ...) is one error line,
-    and what it created is removed.
-    """
-    before = set(out.iterdir()) if out.is_dir() else set()
-    config: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)  # type: ignore[assignment]
-    try:
-        return plan.tracker(out, plan.name, config, **plan.tracker_options)
-    except Exception as exc:  # each backend raises its own errors (wandb.errors.UsageError, ...)
-        for path in set(out.iterdir()) - before if out.is_dir() else ():
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        remove_new_run_dir(out)
-        raise ConfigError(f"logger={HydraConfig.get().runtime.choices['logger']}: {first}") from exc
-
-
-def _log_start(plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, source: Path | None) -> None:
-    """The first lines of ``run.log``: what runs where, with which settings."""
-    hydra_cfg, fed = HydraConfig.get(), plan.fed
-    log.info("morlfed run %s in %s", plan.name, out.absolute())
-    log.info("command line: %s", " ".join(hydra_cfg.overrides.task) or "(defaults)")
-    log.info("code: %s", describe_code(plan.run.code))
-    log.info(
-        "task=%s algo=%s finetune=%s %s=%s seed=%d n_clients=%d rounds=%d local_steps=%d participation=%g "
-        "eval_every=%d executor=%s workers=%s torch_threads=%d logger=%s",
-        cfg.task.name,
-        plan.run.algo,
-        fed.finetune,
-        plan.run.heterogeneity_group,
-        plan.run.heterogeneity,
-        fed.seed,
-        fed.n_clients,
-        fed.rounds,
-        fed.local_steps,
-        fed.participation,
-        fed.eval_every,
-        plan.parallelism.executor,
-        plan.parallelism.workers,
-        plan.parallelism.torch_threads,
-        hydra_cfg.runtime.choices["logger"],
+    return build_experiment(
+        task,
+        strategy,
+        settings,
+        executor=cfg.executor.name,
+        executor_options={k: v for k, v in cfg.executor.items() if k != "name"},
+        faults=OmegaConf.to_container(cfg.faults, resolve=True),  # type: ignore[arg-type]
+        tracker=tracker,
+        tracker_options=tracker_options,
+        algo=choices["algo"],
+        heterogeneity=choices[kind.heterogeneity],
+        tracker_label=choices["logger"],
+        config_yaml=OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, [str(k) for k in cfg if k != "hydra"]), resolve=True),
+        command=command or "(defaults)",
     )
-    if checkpoint is not None:
-        how = "resumed in place" if source is None else f"branched from {source}"
-        log.info("%s, starting from checkpoint %s", how, checkpoint)
-    elif cfg.resume:
-        log.info("resumed in place from the start (it was stopped before it completed a round)")
 
 
 def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
@@ -276,37 +193,33 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
         raise ConfigError(str(exc)) from exc
 
 
-def _dir_key() -> str:
-    """How the command line names this run's directory: ``hydra.run.dir``, or ``hydra.sweep.dir`` in a sweep.
-
-    In a sweep the run's directory is the job's folder below ``hydra.sweep.dir``.
-    """
-    return "hydra.sweep.dir" if HydraConfig.get().mode == RunMode.MULTIRUN else "hydra.run.dir"
-
-
-def execute(cfg: DictConfig) -> dict[str, Any]:
-    """Run one federated experiment as composed, in the output directory hydra's config names; return its metrics.
+def execute(cfg: DictConfig, job: Job | None = None, strategy: Strategy | None = None) -> dict[str, Any]:
+    """Run one federated experiment as composed, in the job's directory; return its metrics.
 
     It is the command line's run (:func:`main`) and the programmatic API's
-    (:func:`morlfed.api.run_experiment`): both compose the configuration with hydra and run it here,
-    with :class:`~hydra.core.hydra_config.HydraConfig` set. SIGINT and SIGTERM stop it within
-    seconds (:mod:`morlfed.interrupt`), keeping the last completed round's checkpoint.
+    (:func:`morlfed.api.run_experiment`): both compose the configuration with hydra, build its
+    objects (:func:`build_plan`) and run them with the core (:func:`morlfed.experiment.carry_out`).
+    SIGINT and SIGTERM stop it within seconds (:mod:`morlfed.interrupt`), keeping the last
+    completed round's checkpoint.
 
     :param cfg: the composed configuration
+    :param job: its directory, options and overrides (default: the current hydra config's)
+    :param strategy: a strategy object that takes the place of ``cfg.algo``
     :raises ConfigError: bad input; the run directory made for the run is removed again
     :raises RunStopped: a signal stopped the run; its directory is marked stopped (a second signal
         raises :class:`~morlfed.interrupt.StopNow`, a ``SystemExit``)
     """
-    out = Path(HydraConfig.get().runtime.output_dir)
+    job = Job.of(HydraConfig.get()) if job is None else job
+    out = job.out
     with StopSignals() as stop, run_dir_lock(out):  # one writer per run directory
         try:
             with stop.interruptible():  # a signal stops the start-up at once: nothing is written yet
                 check_creatable(out)
                 if not cfg.resume:  # a sweep's job folder that holds an earlier run (a hydra.run.dir is checked first)
-                    check_new_run_dir(out, _dir_key(), ignore={".hydra", "run.log"})
-                    if _dir_key() == "hydra.sweep.dir":
+                    check_new_run_dir(out, job.dir_key, ignore={".hydra", "run.log"})
+                    if job.dir_key == "hydra.sweep.dir":
                         record_sweep_job(out)
-                plan = build_plan(cfg)
+                plan = build_plan(cfg, job.choices, strategy, " ".join(job.overrides))
                 checkpoint, source = _start_point(cfg, out)
         except ConfigError:
             remove_new_run_dir(out)
@@ -317,7 +230,8 @@ def execute(cfg: DictConfig) -> dict[str, Any]:
             raise
         try:
             stop.check()
-            return _run(plan, cfg, out, checkpoint, source, stop)
+            start = Start(checkpoint, source, resumed=bool(cfg.resume), keep_before_last=cfg.branch_siblings)
+            return carry_out(plan, out, start, stop)
         except (RunStopped, StopNow) as exc:
             record_stop(out, plan.fed.rounds, exc.signal)
             raise
@@ -344,67 +258,6 @@ def main(cfg: DictConfig) -> dict | None:
             raise
         print(f"morlfed: error: {exc.filename}: {STORAGE_ERRORS[exc.errno]} ({exc.strerror})", file=sys.stderr)
         sys.exit(EXIT_BAD_INPUT)
-
-
-def _run(
-    plan: Plan, cfg: DictConfig, out: Path, checkpoint: Path | None, source: Path | None, stop: StopSignals
-) -> dict[str, Any]:
-    """The run proper, once everything is validated: its files, clients, rounds and results.
-
-    :param plan: the validated run
-    :param cfg: the composed config
-    :param out: the run directory
-    :param checkpoint: the checkpoint it starts from, if any
-    :param source: the run it branches from, if any
-    :param stop: the run's signal handling
-    """
-    plan.run.branched_from = source
-    tracker = _start_tracker(plan, cfg, out)
-    completed = False
-    _log_start(plan, cfg, out, checkpoint, source)
-    for line in launch_summary(plan, out):
-        log.info(line)
-        print(f"morlfed: {line}", file=sys.stderr)
-    if plan.warning is not None:
-        log.warning(plan.warning)  # (on the console too)
-    run_dir = RunDirectory(out)
-    if not (cfg.resume and checkpoint is not None):  # a resumed run keeps its config.yaml and inputs
-        if not (out / "config.yaml").is_file():  # (one killed before its first checkpoint starts again)
-            run_dir.write_text("config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
-        plan.task.write_inputs(run_dir, plan.run)
-    if source is not None:  # the similarity matrices of the rounds the branch shares with its source
-        assert checkpoint is not None, "a branch starts from a checkpoint of its source"
-        shared = checkpoint_round(checkpoint)
-        for path in sorted(source.glob("similarity_*.npy")):
-            if int(path.stem.removeprefix("similarity_")) <= shared:
-                run_dir.write_npy(path.name, np.load(path))
-    try:
-        factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
-        with stop.interruptible():
-            plan.executor.start(
-                FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients
-            )
-        before_last = (plan.fed.rounds - 1,) if cfg.branch_siblings else ()  # what a sibling branches from
-        checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
-        recorder = Recorder(run_dir, checkpointer, tracker, results=partial(plan.task.write_results, run=plan.run))
-        federation = Federation(plan.strategy, plan.executor, plan.fed, recorder, stop)
-        if checkpoint is not None:
-            federation.resume(checkpoint, in_place=source is None)
-        clear_stopped(out)  # it goes on (a resume that failed to load keeps its mark)
-        outcome = federation.run()
-        metrics = recorder.metrics
-        completed = True
-    except Exception as exc:
-        log.error("the run failed: %s: %s", type(exc).__name__, exc)
-        log.info("the failure's traceback", exc_info=True)  # run.log only: hydra prints it on the console
-        raise
-    finally:
-        plan.executor.close()
-        tracker.close(failed=not completed)  # a failure or a stop (Ctrl-C, SIGTERM) is no finished run
-    shown = ", ".join(f"{k}={v:.4g}" for k, v in flat_scalars(metrics).items())
-    log.info("finished in %.1f s; metrics.json: %s", outcome.seconds, shown)
-    plan.task.print_summary(outcome, metrics, out)
-    return metrics
 
 
 # conf/config.yaml's help template calls it as ${morlfed_groups:}

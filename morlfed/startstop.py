@@ -1,10 +1,8 @@
-"""A run at the edges of its life: its directory held before hydra writes into it, its launch summary, its directory removed when bad input made it for nothing or marked when a signal stops the run.
+"""A run at the edges of its life: its directory held before hydra writes into it, or marked when a signal stops the run.
 
 :func:`early_lock` takes the run directory's lock (:mod:`morlfed.runlock`) for a command line that
 names it (``hydra.run.dir=``, ``resume=``) before hydra writes its ``.hydra/`` and ``run.log``
 there, so a second run or resume of it is refused before it touches anything.
-:func:`launch_summary` is what a run prints within seconds of its launch.
-:func:`remove_new_run_dir` removes the directory made for a run that bad input refused, and
 :func:`record_stop` writes ``stopped.json`` (:mod:`morlfed.runstatus`) for a run that a signal stopped.
 """
 
@@ -12,22 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from morlfed.checkpoint import Checkpointer, checkpoint_round
-from morlfed.federation import round_budgets
+from morlfed.experiment.launch import remove_new_run_dir
 from morlfed.overrides import SHOW_FLAGS, check_new_run_dir, parse
-from morlfed.progress import counted
 from morlfed.resume import resume_command
-from morlfed.runlock import LOCK, run_dir_lock
+from morlfed.runlock import run_dir_lock
 from morlfed.runstatus import StopRecord, write_stopped
-
-if TYPE_CHECKING:
-    from morlfed.run import Plan
 
 log = logging.getLogger("morlfed.run")
 
@@ -69,44 +61,6 @@ def early_lock(argv: list[str]) -> contextlib.ExitStack:
 def _remove_if_empty(path: Path) -> None:
     with contextlib.suppress(OSError):
         path.rmdir()
-
-
-def launch_summary(plan: Plan, out: Path) -> list[str]:
-    """The lines the run prints within seconds of its launch.
-
-    Its directory, budget, engine, executor, threads and cores (the settings as the run resolved
-    them).
-
-    :param plan: the validated run
-    :param out: its directory
-    """
-    fed = plan.fed
-    total = round_budgets(fed).total()
-    clients = counted(fed.n_clients, "client") + (
-        f" (participation {fed.participation:g})" if fed.participation < 1 else ""
-    )
-    return [
-        f"run directory {out}",
-        f"{plan.name}: {counted(fed.rounds, 'round')} x {clients} x {fed.local_steps} {fed.budget_unit} = "
-        f"{total:,} {fed.budget_unit}",
-        f"{plan.task.describe_training()}; {plan.executor.describe(fed.n_clients)}; "
-        f"torch_threads={plan.parallelism.torch_threads}; {plan.parallelism.cores} cores",
-    ]
-
-
-def remove_new_run_dir(path: Path) -> None:
-    """Remove the directory hydra made for this run, if it holds nothing but hydra's own files (and the lock).
-
-    Empty folders above it go too, up to the working directory.
-
-    :param path: the run directory
-    """
-    if path.is_dir() and all(p.name in {".hydra", "run.log", LOCK} for p in path.iterdir()):
-        shutil.rmtree(path)
-        parent = path.parent
-        while parent != parent.parent and parent.is_dir() and not any(parent.iterdir()) and parent != Path.cwd():
-            parent.rmdir()
-            parent = parent.parent
 
 
 def record_stop(out: Path, rounds: int, sig: signal.Signals) -> None:

@@ -24,7 +24,8 @@ from hydra.core.hydra_config import HydraConfig
 from matplotlib.figure import Figure
 
 import morlfed
-from morlfed.api import ExperimentResult, _value
+from morlfed.api import ExperimentResult
+from morlfed.compose import override_value as _value
 from morlfed.settings import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

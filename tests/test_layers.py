@@ -62,22 +62,23 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (3, "task seam", ("morlfed.tasks",)),  # tasks/base.py; the tasks themselves match longer prefixes
     (4, "rl task", ("morlfed.tasks.rl",)),
     (4, "vision task", ("morlfed.tasks.vision",)),
+    (5, "experiment", ("morlfed.experiment", "morlfed.provenance")),
     (
-        5,
+        6,
         "entry",
         (
             "morlfed.run",
+            "morlfed.compose",
             "morlfed.overrides",
             "morlfed.config_groups",
             "morlfed.resume",
-            "morlfed.provenance",
             "morlfed.startstop",
             "morlfed.convert",
         ),
     ),
-    (6, "analysis", ("morlfed.analysis",)),
-    (7, "python api", ("morlfed.api", "morlfed")),
-    (8, "flower interop", ("morlfed.flower",)),
+    (7, "analysis", ("morlfed.analysis",)),
+    (8, "python api", ("morlfed.api", "morlfed")),
+    (9, "flower interop", ("morlfed.flower",)),
 ]
 STRATEGY_NAMES = re.compile(r"\b(fedpref|fedavg|fedprox|cfl|matfl|ifca|fedfew|fedmhc|fedpg)\b", re.IGNORECASE)
 MAX_LINES = 450
@@ -144,7 +145,7 @@ def test_a_misplaced_import_is_caught() -> None:
     assert place("morlfed.tasks.rl.vectorised.dqn") == (4, "rl task")
 
 
-CORE = ("foundation", "machinery", "federation", "task seam", "entry")
+CORE = ("foundation", "machinery", "federation", "task seam", "experiment", "entry")
 
 
 def code_strings(module: str) -> list[str]:

@@ -32,7 +32,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from morlfed.api import experiment_config, plan_experiment
+from morlfed.compose import plan_composed
 from morlfed.executors import make_host
 from morlfed.federation import Recorder
 from morlfed.flower.client_app import client_app
@@ -153,12 +153,10 @@ def flower_apps(
     unwritten = sorted(given & set(NEEDS_RUN_DIR)) if run_dir is None else []
     if unwritten:
         raise ConfigError(f"{', '.join(unwritten)}: {NEEDS_RUN_DIR[unwritten[0]]}: give flower_apps a run_dir")
-    plan = plan_experiment(overrides=overrides, **settings)
+    plan = plan_composed(settings, overrides)  # the core's Experiment, built as the command line builds it
     recorder = Recorder()
     if run_dir is not None:
-        recorder = _run_directory(
-            Path(run_dir), plan.task, plan.run, experiment_config(overrides=overrides, **settings)
-        )
+        recorder = _run_directory(Path(run_dir), plan.task, plan.run, plan.config_yaml)
     factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
     initial, layout = make_host(factory, [0], None).initial()
     strategy = FlowerStrategy(plan.strategy, plan.fed, initial, layout, recorder=recorder)

@@ -135,6 +135,15 @@ class Task(ABC):
         host of clients ``cids`` itself (see :mod:`morlfed.executors`).
         """
 
+    def record(self) -> dict[str, Any]:
+        """What ``config.yaml`` records of this task when it was built in Python, not composed.
+
+        The keys of the task's part of a composed configuration: ``task`` (its name and class) and
+        the task's own groups (RL: ``env``, ``dist``, ...), so that the analysis reads such a run as
+        any other. The option of :attr:`heterogeneity` (its ``name``) becomes the run's identity.
+        """
+        return {"task": {"name": self.name, "_target_": f"{type(self).__module__}.{type(self).__qualname__}"}}
+
     def check_fault_injection(self) -> None:
         """Raise ``ValueError`` where injected faults (``faults=``) cannot reach this run's clients.
 

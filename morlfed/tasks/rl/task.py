@@ -6,15 +6,16 @@ by ``dist=``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from morlfed.envs import EnvSpec, check_env_kwargs
+from morlfed.envs import EnvSpec, check_env_kwargs, get_spec
 from morlfed.federation import FederationConfig, FederationOutcome
 from morlfed.rundir import RunDirectory
 from morlfed.seeding import generator
@@ -36,6 +37,8 @@ def _vectorised_factory() -> type[RLFactory]:
     return VectorisedClientFactory
 
 
+#: the preference distributions' configs, whose values are the defaults of :meth:`RLTask.create`
+DIST_DIR = Path(__file__).resolve().parents[2] / "conf" / "dist"
 #: engine name -> its client factory class (imported when chosen)
 ENGINES: dict[str, Callable[[], type[RLFactory]]] = {"sb3": _sb3_factory, "vectorised": _vectorised_factory}
 
@@ -67,6 +70,8 @@ class RLTask(Task):
         products; refused with ``sb3``) or ``auto`` (the env spec's ``precision`` where the engine is
         the vectorised one and the device computes bfloat16 natively, else ``fp32``:
         :func:`~morlfed.tasks.rl.precision.resolve_precision`)
+    :param dist: how ``preferences`` were drawn, as ``config.yaml`` records it (``{"name":
+        "dirichlet", "alpha": 1.0}``); by default ``fixed`` with these rows as its weights
     """
 
     name = "rl"
@@ -82,6 +87,7 @@ class RLTask(Task):
         engine: str = "auto",
         device: str = "auto",
         precision: str = "auto",
+        dist: Mapping[str, Any] | None = None,
     ) -> None:
         device = resolve_device(device)
         if engine == "auto":
@@ -101,6 +107,8 @@ class RLTask(Task):
         #: the engine that trains the clients (``auto`` resolved)
         self.engine = engine
         self.spec, self.preferences, self.device = spec, preferences, device
+        #: the preference distribution, as ``config.yaml``'s ``dist`` records it
+        self.dist = dict(dist) if dist is not None else {"name": "fixed", "weights": np.asarray(preferences).tolist()}
 
     @classmethod
     def from_config(cls, cfg: DictConfig, n_clients: int, seed: int) -> RLTask:
@@ -114,12 +122,69 @@ class RLTask(Task):
         except ValueError as exc:
             raise ValueError(f"env: {exc}") from exc
         dist: dict[str, Any] = OmegaConf.to_container(cfg.dist, resolve=True)  # type: ignore[assignment]
-        name = dist.pop("name")
+        return cls._drawn(spec, dist, n_clients, seed, cfg.engine.name, cfg.device, cfg.precision)
+
+    @classmethod
+    def create(
+        cls,
+        env: str | EnvSpec,
+        n_clients: int | None = None,
+        seed: int = 0,
+        dist: str | Mapping[str, Any] = "equidistant",
+        engine: str = "auto",
+        device: str = "auto",
+        precision: str = "auto",
+    ) -> RLTask:
+        """The task from Python values, with the command line's defaults (``env=NAME dist=NAME``).
+
+        ``RLTask.create("deep-sea-treasure", n_clients=4, dist={"name": "dirichlet", "alpha": 0.5})``
+        draws the preferences the command line's ``env=deep-sea-treasure n_clients=4 dist=dirichlet
+        dist.alpha=0.5`` draws.
+
+        :param env: an env spec's name (packaged or :func:`~morlfed.envs.register`-ed) or an :class:`EnvSpec`
+        :param n_clients: the number of clients (default: the spec's)
+        :param seed: the run's root seed; the preferences are drawn from ``generator(seed, "preferences")``
+        :param dist: the preference distribution: a name of ``morlfed/conf/dist`` (with that config's
+            parameters), or a mapping with its ``name`` and the parameters that differ
+        :param engine: ``auto``, ``sb3`` or ``vectorised``
+        :param device: ``cpu``, ``cuda`` or ``auto``
+        :param precision: ``fp32``, ``bf16`` or ``auto``
+        :raises ValueError: an unknown env or distribution, or a bad parameter (``env: ...``, ``dist: ...``)
+        """
         try:
-            prefs = sample_preferences(name, n_clients, len(spec.objectives), generator(seed, "preferences"), **dist)
+            spec = env if isinstance(env, EnvSpec) else get_spec(env)
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"env: {exc}") from exc
+        given = {"name": dist} if isinstance(dist, str) else dict(dist)
+        path = DIST_DIR / f"{given.get('name')}.yaml"
+        defaults = yaml.safe_load(path.read_text()) if path.is_file() else {}
+        n = spec.n_clients if n_clients is None else n_clients
+        return cls._drawn(spec, {**defaults, **given}, n, seed, engine, device, precision)
+
+    @classmethod
+    def _drawn(
+        cls, spec: EnvSpec, dist: dict[str, Any], n_clients: int, seed: int, engine: str, device: str, precision: str
+    ) -> RLTask:
+        """The task with preferences drawn from ``dist`` (its ``name`` and parameters)."""
+        params = dict(dist)
+        name = params.pop("name", None)
+        try:
+            prefs = sample_preferences(name, n_clients, len(spec.objectives), generator(seed, "preferences"), **params)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"dist: {exc}") from exc
-        return cls(spec, prefs, cfg.engine.name, cfg.device, cfg.precision)
+        return cls(spec, prefs, engine, device, precision, dist={"name": name, **params})
+
+    def record(self) -> dict[str, Any]:
+        """``task``, ``env`` (the whole spec), ``dist``, ``engine``, ``precision`` and ``device``, as composed runs record them."""
+        engine = {"name": self.engine}
+        return (
+            super().record()
+            | {"env": self.spec.to_dict(), "dist": dict(self.dist), "engine": engine}
+            | {
+                "precision": self.precision,
+                "device": self.device,
+            }
+        )
 
     def describe(self) -> str:
         """The env spec's canonical name (``deep-sea-treasure``)."""

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,9 @@ class VisionTask(Task):
     """Federated image classification.
 
     :param setup: the validated experiment (dataset, partition, model, local SGD settings)
+    :param nodes: the ``data``, ``model`` and ``partition`` settings it was built from, as
+        ``config.yaml`` records them (by default the dataset's and model's names, the model's
+        options and a ``custom`` partition)
     """
 
     name = "vision"
@@ -30,8 +34,13 @@ class VisionTask(Task):
     budget_unit = "epochs"
     budget_rate = 1e4  # client epochs a second: far above any measured run (docs/vision.md)
 
-    def __init__(self, setup: VisionSetup) -> None:
+    def __init__(self, setup: VisionSetup, nodes: Mapping[str, dict[str, Any]] | None = None) -> None:
         self.setup = setup
+        model = {"name": setup.model, **setup.model_options}
+        #: what ``config.yaml`` records of the data, model and partition
+        self.nodes = dict(
+            nodes or {"data": {"name": setup.dataset.name}, "model": model, "partition": {"name": "custom"}}
+        )
 
     @classmethod
     def from_config(cls, cfg: DictConfig, n_clients: int, seed: int) -> VisionTask:
@@ -40,8 +49,12 @@ class VisionTask(Task):
         def node(key: str) -> dict[str, Any]:
             return OmegaConf.to_container(cfg[key], resolve=True)  # type: ignore[return-value]
 
-        setup = VisionSetup.from_config(node("data"), node("model"), node("partition"), n_clients, seed)
-        return cls(setup)
+        nodes = {key: node(key) for key in ("data", "model", "partition")}
+        return cls(VisionSetup.from_config(nodes["data"], nodes["model"], nodes["partition"], n_clients, seed), nodes)
+
+    def record(self) -> dict[str, Any]:
+        """``task``, ``data``, ``model`` and ``partition``, as composed runs record them."""
+        return super().record() | self.nodes
 
     def describe(self) -> str:
         """The dataset's name (``digits``, ``mnist``, ...)."""

@@ -1,0 +1,203 @@
+"""Running an :class:`~morlfed.experiment.experiment.Experiment` into its run directory.
+
+:func:`run` is the whole of it for an experiment built in Python: the directory's lock, the signal
+handling, then :func:`carry_out`. :func:`carry_out` is the run proper, which the command line
+(:func:`morlfed.run.execute`) reaches once it has checked its directory and found its start point:
+``config.yaml``, the task's inputs, the clients, the rounds, the results and (last) ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import sys
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from morlfed.checkpoint import Checkpointer, checkpoint_round
+from morlfed.experiment.experiment import Experiment
+from morlfed.experiment.launch import launch_summary, remove_new_run_dir
+from morlfed.faults import FaultyClientFactory
+from morlfed.federation import Federation, Recorder
+from morlfed.interrupt import StopSignals
+from morlfed.provenance import describe_code
+from morlfed.rundir import RunDirectory
+from morlfed.runlock import LOCK, run_dir_lock
+from morlfed.runstatus import clear_stopped
+from morlfed.settings import ConfigError
+from morlfed.tracking import Tracker, flat_scalars
+
+log = logging.getLogger("morlfed.run")  # the command line's logger: run.log names it whichever path started the run
+#: ``run.log``'s line format where no logging configuration (the command line's) writes one
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts: from scratch, or from a checkpoint of its own or of another run.
+
+    :param checkpoint: the checkpoint it starts from, if any
+    :param source: the run it branches from, if any (``None``: a checkpoint of its own)
+    :param resumed: it continues its own directory (``resume=``): it keeps its ``config.yaml`` and inputs
+    :param keep_before_last: keep the checkpoint before the last round, for a sibling to branch from
+    """
+
+    checkpoint: Path | None = None
+    source: Path | None = None
+    resumed: bool = False
+    keep_before_last: bool = False
+
+
+def run(experiment: Experiment, run_dir: str | Path) -> dict[str, Any]:
+    """Run ``experiment`` into a new run directory and return its metrics (``metrics.json``).
+
+    The directory holds what the command line's run writes (``config.yaml``, the task's inputs,
+    ``rounds.csv``, ``final.csv``, ``metrics.json``, ``run.log``, ...), so
+    :meth:`morlfed.api.ExperimentResult.load` and the analysis read it as any other. SIGINT and
+    SIGTERM stop it within seconds (:class:`~morlfed.interrupt.RunStopped`), its latest checkpoint kept.
+
+    :param experiment: the validated experiment (:func:`~morlfed.experiment.experiment.build_experiment`)
+    :param run_dir: its directory: new, or empty
+    :raises ConfigError: the directory already holds files
+    :raises morlfed.runlock.RunDirBusy: another run holds the directory
+    """
+    out = Path(run_dir)
+    with StopSignals() as stop, run_dir_lock(out):  # one writer per run directory
+        held = sorted(p.name for p in out.iterdir() if p.name != LOCK)
+        if held:
+            raise ConfigError(f"{out} already holds {', '.join(held)}: give a new run directory")
+        root, level = logging.getLogger(), logging.getLogger().level
+        handler = _log_file(out)
+        try:
+            return carry_out(experiment, out, Start(), stop)
+        finally:
+            if handler is not None:  # the process's logging as it was
+                root.removeHandler(handler)
+                handler.close()
+                root.setLevel(level)
+
+
+def _log_file(out: Path) -> logging.Handler | None:
+    """``run.log``'s handler at INFO, unless the process's logging already writes it (the command line's does)."""
+    root = logging.getLogger()
+    target = (out / "run.log").absolute()
+    if any(getattr(h, "baseFilename", None) == str(target) for h in root.handlers):
+        return None
+    handler = logging.FileHandler(target)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(min(root.level or logging.INFO, logging.INFO))
+    return handler
+
+
+def _start_tracker(plan: Experiment, out: Path) -> Tracker:
+    """The run's tracker (``logger=``).
+
+    A backend that cannot start (``logger=wandb`` online without a login, ...) is one error line,
+    and what it created is removed.
+    """
+    before = set(out.iterdir()) if out.is_dir() else set()
+    config: dict[str, Any] = yaml.safe_load(plan.config_yaml) or {}
+    try:
+        return plan.tracker(out, plan.name, config, **plan.tracker_options)
+    except Exception as exc:  # each backend raises its own errors (wandb.errors.UsageError, ...)
+        for path in set(out.iterdir()) - before if out.is_dir() else ():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        remove_new_run_dir(out)
+        raise ConfigError(f"logger={plan.tracker_label}: {first}") from exc
+
+
+def _log_start(plan: Experiment, out: Path, start: Start) -> None:
+    """The first lines of ``run.log``: what runs where, with which settings."""
+    fed = plan.fed
+    log.info("morlfed run %s in %s", plan.name, out.absolute())
+    log.info("command line: %s", plan.command)
+    log.info("code: %s", describe_code(plan.run.code))
+    log.info(
+        "task=%s algo=%s finetune=%s %s=%s seed=%d n_clients=%d rounds=%d local_steps=%d participation=%g "
+        "eval_every=%d executor=%s workers=%s torch_threads=%d logger=%s",
+        plan.task.name,
+        plan.run.algo,
+        fed.finetune,
+        plan.run.heterogeneity_group,
+        plan.run.heterogeneity,
+        fed.seed,
+        fed.n_clients,
+        fed.rounds,
+        fed.local_steps,
+        fed.participation,
+        fed.eval_every,
+        plan.parallelism.executor,
+        plan.parallelism.workers,
+        plan.parallelism.torch_threads,
+        plan.tracker_label,
+    )
+    if start.checkpoint is not None:
+        how = "resumed in place" if start.source is None else f"branched from {start.source}"
+        log.info("%s, starting from checkpoint %s", how, start.checkpoint)
+    elif start.resumed:
+        log.info("resumed in place from the start (it was stopped before it completed a round)")
+
+
+def carry_out(plan: Experiment, out: Path, start: Start, stop: StopSignals) -> dict[str, Any]:
+    """The run proper, once everything is validated: its files, clients, rounds and results.
+
+    :param plan: the validated run
+    :param out: the run directory (its lock held)
+    :param start: where it starts
+    :param stop: the run's signal handling
+    """
+    checkpoint, source = start.checkpoint, start.source
+    plan.run.branched_from = source
+    tracker = _start_tracker(plan, out)
+    completed = False
+    _log_start(plan, out, start)
+    for line in launch_summary(plan, out):
+        log.info(line)
+        print(f"morlfed: {line}", file=sys.stderr)
+    if plan.warning is not None:
+        log.warning(plan.warning)  # (on the console too)
+    run_dir = RunDirectory(out)
+    if not (start.resumed and checkpoint is not None):  # a resumed run keeps its config.yaml and inputs
+        if not (out / "config.yaml").is_file():  # (one killed before its first checkpoint starts again)
+            run_dir.write_text("config.yaml", plan.config_yaml)
+        plan.task.write_inputs(run_dir, plan.run)
+    if source is not None:  # the similarity matrices of the rounds the branch shares with its source
+        assert checkpoint is not None, "a branch starts from a checkpoint of its source"
+        shared = checkpoint_round(checkpoint)
+        for path in sorted(source.glob("similarity_*.npy")):
+            if int(path.stem.removeprefix("similarity_")) <= shared:
+                run_dir.write_npy(path.name, np.load(path))
+    try:
+        factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
+        with stop.interruptible():
+            plan.executor.start(
+                FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients
+            )
+        before_last = (plan.fed.rounds - 1,) if start.keep_before_last else ()  # what a sibling branches from
+        checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
+        recorder = Recorder(run_dir, checkpointer, tracker, results=partial(plan.task.write_results, run=plan.run))
+        federation = Federation(plan.strategy, plan.executor, plan.fed, recorder, stop)
+        if checkpoint is not None:
+            federation.resume(checkpoint, in_place=source is None)
+        clear_stopped(out)  # it goes on (a resume that failed to load keeps its mark)
+        outcome = federation.run()
+        metrics = recorder.metrics
+        completed = True
+    except Exception as exc:
+        log.error("the run failed: %s: %s", type(exc).__name__, exc)
+        log.info("the failure's traceback", exc_info=True)  # run.log only: hydra prints it on the console
+        raise
+    finally:
+        plan.executor.close()
+        tracker.close(failed=not completed)  # a failure or a stop (Ctrl-C, SIGTERM) is no finished run
+    shown = ", ".join(f"{k}={v:.4g}" for k, v in flat_scalars(metrics).items())
+    log.info("finished in %.1f s; metrics.json: %s", outcome.seconds, shown)
+    plan.task.print_summary(outcome, metrics, out)
+    return metrics
