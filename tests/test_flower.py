@@ -89,7 +89,7 @@ def sequential(settings: list[str]) -> tuple[dict[int, torch.Tensor | None], dic
 )
 def test_the_flower_simulation_gives_the_sequential_executors_models(settings: list[str], tmp_path: Path) -> None:
     saved = tmp_path / "flower.pt"
-    example = ROOT / "examples" / "flower" / "run_simulation.py"
+    example = Path(__file__).with_name("flower_simulation.py")
     done = subprocess.run(
         [sys.executable, str(example), *TINY, *settings, "--save", str(saved)],
         cwd=tmp_path,
@@ -128,7 +128,7 @@ def test_settings_the_flower_path_would_not_carry_out_are_refused(settings: dict
 
 
 def test_bad_settings_are_the_command_lines_errors() -> None:
-    example = ROOT / "examples" / "flower" / "run_simulation.py"
+    example = Path(__file__).with_name("flower_simulation.py")
     done = subprocess.run([sys.executable, str(example), "evn=x"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == "error: unknown key evn (in evn=x); did you mean env?"

@@ -5,8 +5,9 @@
 * :func:`~morlfed.flower.client_app.client_app`: morlfed's clients (both RL engines, vision) as a
   Flower ClientApp, one client per node;
 * :func:`flower_apps`: both, built from the command line's settings (``env=``, ``algo=``, ...),
-  with a ServerApp that runs Flower's round loop, ready for Flower's simulation engine
-  (:meth:`FlowerApps.run_simulation`) or a deployment.
+  with a ServerApp that runs Flower's round loop;
+* :mod:`morlfed.flower.app`: the ServerApp and ClientApp of a Flower app that ``flwr run`` starts
+  (on Flower's local simulation or a deployment), settings read from ``context.run_config``.
 
 The Flower path and morlfed's own executors run the same round
 (:class:`~morlfed.federation.round.FederatedRound`) and give the same final models for the same
@@ -14,7 +15,7 @@ seed (``tests/test_flower.py``). With ``run_dir`` a Flower run writes the run di
 own run writes (:class:`~morlfed.federation.recorder.Recorder`): ``config.yaml``, the task's
 inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``, ``metrics.json``, which
 :meth:`morlfed.api.ExperimentResult.load` and ``morlfed.analysis`` read.
-``examples/flower/`` runs a federation on Flower's simulation engine.
+``examples/flower/`` is such a Flower app.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Run a morlfed federation on Flower's simulation engine.
+"""Run a morlfed federation on Flower's simulation engine in one process (``FlowerApps.run_simulation``).
 
-    python examples/flower/run_simulation.py env=deep-sea-treasure algo=fedpref n_clients=4 rounds=2 local_steps=300
+    python tests/flower_simulation.py env=deep-sea-treasure algo=fedpref n_clients=4 rounds=2 local_steps=300
+
+``tests/test_flower.py``'s helper: Flower 1.42 calls the in-process simulation deprecated (users
+run ``examples/flower/`` with ``flwr run``), but it hands back the final models in this process.
 
 The arguments are the command line's ``key=value`` settings (``python -m morlfed.run``'s): the same
 preferences, clients, strategy and seeds, with Flower's ServerApp, ClientApps and simulation

@@ -1,0 +1,1 @@
+"""morlfed as a Flower app: ``server_app.app`` and ``client_app.app`` (``[tool.flwr.app.components]``)."""
