@@ -1,6 +1,6 @@
 """morlfed analysis: campaign evaluation, figures and result tables.
 
-The metrics themselves are :mod:`morlfed.metrics`, the figure of one run :mod:`morlfed.figures`.
+The metrics themselves are :mod:`morlfed.metrics`, the figure of one run :mod:`morlfed.metrics.figures`.
 
 Libraries (what notebooks and other code import):
 
@@ -37,3 +37,6 @@ if __name__ != "morlfed.analysis":
     # the folder also sits at the repository root, where `import analysis` would load a second copy
     # of every module (a second class for each class: isinstance fails across the two)
     raise ImportError(f"{__name__!r} is the package morlfed.analysis: import it as morlfed.analysis")
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 8

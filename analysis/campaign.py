@@ -48,7 +48,7 @@ from morlfed.metrics import (
 
 #: The identity columns an RL and a vision summary share, after the environment or dataset
 #: columns (:func:`_variant_cells`), ending with the run's ``inert_warning`` (its strategy's
-#: report that it stayed inert, :meth:`morlfed.strategy.Strategy.inert_warning`; empty if none).
+#: report that it stayed inert, :meth:`morlfed.strategies.base.Strategy.inert_warning`; empty if none).
 _VARIANT_COLUMNS: tuple[str, ...] = (
     "dist",
     "algo",

@@ -1,7 +1,7 @@
 """Every figure of a campaign written to a folder: the library behind ``python -m morlfed.analysis.plot``.
 
 :func:`write_figures` draws, for a set of loaded runs (:mod:`morlfed.analysis.charts`, :mod:`morlfed.analysis.curves`,
-:func:`morlfed.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
+:func:`morlfed.metrics.figures.front_figure`), each run's front, similarity heatmaps and cluster evolution,
 and per environment and preference distribution the fronts of all algorithms and the learning
 curves (:func:`learning_curves`; with planted preference groups, ``agreement``: the adjusted Rand
 index of the clusters with the groups after each round, and ``separability``: that of the saved
@@ -40,8 +40,8 @@ from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.partial import PartialRun
 from morlfed.analysis.runs import Run
 from morlfed.analysis.variants import variant_labels
-from morlfed.figures import FORMATS, front_figure, save_figure
 from morlfed.metrics import ReferencePointWarning, hypervolume
+from morlfed.metrics.figures import FORMATS, front_figure, save_figure
 
 
 def _safe(name: str) -> str:

@@ -4,8 +4,8 @@ The library behind ``python -m morlfed.analysis.plot`` and the notebooks.
 
 Every ``*_figure`` function builds and returns a :class:`matplotlib.figure.Figure` through the
 object-oriented API (no pyplot, no global backend switch: safe in scripts, servers and
-notebooks, where ``display(fig)`` shows it); :func:`morlfed.figures.save_figure` writes it
-atomically as PNG and/or PDF. One run's front is :func:`morlfed.figures.front_figure`.
+notebooks, where ``display(fig)`` shows it); :func:`morlfed.metrics.figures.save_figure` writes it
+atomically as PNG and/or PDF. One run's front is :func:`morlfed.metrics.figures.front_figure`.
 
 * :func:`fronts_comparison_figure`: client returns against the front for several algorithms
   (a panel each, seeds as marker shapes; parallel coordinates from three objectives on).
@@ -30,7 +30,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from morlfed.figures import (
+from morlfed.metrics import METRICS
+from morlfed.metrics.figures import (
     PREFERENCE_NORM,
     clients_panel,
     front_panel,
@@ -39,7 +40,6 @@ from morlfed.figures import (
     preference_colorbar,
     returns_and_weights,
 )
-from morlfed.metrics import METRICS
 
 _SEED_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 _CATEGORICAL_MAX = 10  # at most this many distinct preferences get categorical colours
@@ -61,7 +61,7 @@ def fronts_comparison_figure(
     ``sets`` maps an algorithm label to its runs, each ``(returns [n, m], weights [n, m])``
     (e.g. one per seed). Two objectives give one scatter panel per label, in a grid of up to three
     columns on shared axes, the non-dominated points (within the run) ringed in red as in
-    :func:`morlfed.figures.front_figure`.
+    :func:`morlfed.metrics.figures.front_figure`.
     Three or more give parallel coordinates (:func:`_parallel_panel`), two panels to a row, so that
     the figure stays readable at its default size however many objectives there are. Seeds are
     told apart by marker shape; colours are the clients' weights on the first objective.

@@ -22,7 +22,7 @@ from morlfed.analysis.campaign import VISION_METRICS, Campaign
 from morlfed.analysis.stats import LEVEL, REFERENCE, campaign_stats
 from morlfed.analysis.tables import INERT_MARK, budget_table, inert_runs, metric_table
 from morlfed.metrics import METRICS
-from morlfed.rundir import atomic_write_text
+from morlfed.storage.rundir import atomic_write_text
 
 #: Metric order of ``comparison.md`` (the paper's Tables 3-6 first).
 TABLE_ORDER: tuple[str, ...] = (

@@ -58,10 +58,10 @@ from morlfed.analysis.campaign import eu_weights_table, evaluate_runs, evaluate_
 from morlfed.analysis.comparison import write_comparison
 from morlfed.analysis.runs import TASKS, Run, VisionRun, archive_runs, load_runs
 from morlfed.analysis.variants import split_duplicates
-from morlfed.commands import python
-from morlfed.console import one_line_warnings
-from morlfed.progress import counted
-from morlfed.rundir import atomic_write_text
+from morlfed.core.commands import python
+from morlfed.core.console import one_line_warnings
+from morlfed.core.progress import counted
+from morlfed.storage.rundir import atomic_write_text
 
 PROG = "analysis.evaluate"
 

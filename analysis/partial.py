@@ -1,7 +1,7 @@
 """Runs that have not finished: the live view of ``python -m morlfed.analysis.plot``.
 
 A run directory without ``metrics.json`` is still running, was stopped (Ctrl-C or SIGTERM: then its
-``stopped.json`` says so, :mod:`morlfed.runstatus`), was killed or failed. Its ``rounds.csv`` and
+``stopped.json`` says so, :mod:`morlfed.storage.runstatus`), was killed or failed. Its ``rounds.csv`` and
 ``clusters.jsonl`` are rewritten atomically after every round, so they always hold the rounds done
 so far: enough for the learning curves and the cluster evolution, not for fronts or metrics (those
 need the final evaluation). :func:`load_partial_run` reads one such directory into a
@@ -22,7 +22,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from morlfed.analysis.run_files import RunDirError, cluster_history, read_logs
-from morlfed.runstatus import read_stopped
+from morlfed.storage.runstatus import read_stopped
 
 
 @dataclass

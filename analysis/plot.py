@@ -40,10 +40,10 @@ from morlfed.analysis.campaign_figures import FIGURE_KINDS, write_figures
 from morlfed.analysis.curves import CURVE_AXES
 from morlfed.analysis.partial import partial_runs
 from morlfed.analysis.runs import Run, load_runs
-from morlfed.commands import python
-from morlfed.console import one_line_warnings
-from morlfed.figures import FORMATS
-from morlfed.progress import counted
+from morlfed.core.commands import python
+from morlfed.core.console import one_line_warnings
+from morlfed.core.progress import counted
+from morlfed.metrics.figures import FORMATS
 
 PROG = "analysis.plot"
 

@@ -1,6 +1,6 @@
 """A run's deployed policies as stable-baselines3 models, and rollouts of them.
 
-A run keeps every client's deployed model in ``RUN_DIR/models/`` (:mod:`morlfed.deployment`), in
+A run keeps every client's deployed model in ``RUN_DIR/models/`` (:mod:`morlfed.federation.deployment`), in
 the parameter layout both engines share (:func:`morlfed.tasks.rl.agent.layout_of`: the SB3
 policy's own parameter names). :func:`sb3_model` builds the env spec's SB3 agent (DQN or DDPG,
 the spec's policy, spaces and hyper-parameters, as a client builds it) and loads a client's
@@ -30,10 +30,10 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from morlfed.analysis.run_files import RunDirError
 from morlfed.analysis.runs import Run, load_run
-from morlfed.commands import pip_install
-from morlfed.deployment import MODELS, Deployment
+from morlfed.core.commands import pip_install
+from morlfed.core.seeding import derive_seed
 from morlfed.envs import EnvSpec, make_eval_env, make_train_env, reset_env
-from morlfed.seeding import derive_seed
+from morlfed.federation.deployment import MODELS, Deployment
 from morlfed.tasks.rl.agent import build_agent
 from morlfed.tasks.rl.evaluation import load_networks
 

@@ -26,8 +26,8 @@ import pandas as pd
 from morlfed.analysis.arguments import add_table_arguments, check_table_arguments
 from morlfed.analysis.campaign import Campaign
 from morlfed.analysis.comparison import write_comparison
-from morlfed.commands import python
-from morlfed.console import one_line_warnings
+from morlfed.core.commands import python
+from morlfed.core.console import one_line_warnings
 
 PROG = "analysis.rebuild"
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from morlfed.analysis.published import ResultsError, parse_blocks, regenerate
-from morlfed.commands import python
-from morlfed.rundir import atomic_write_text
+from morlfed.core.commands import python
+from morlfed.storage.rundir import atomic_write_text
 
 PROG = "analysis.results"
 

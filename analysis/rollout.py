@@ -17,8 +17,8 @@ from pathlib import Path
 
 from morlfed.analysis.policies import contact_sheet, read_deployment, rl_run, rollout
 from morlfed.analysis.run_files import RunDirError
-from morlfed.commands import python
-from morlfed.console import one_line_warnings
+from morlfed.core.commands import python
+from morlfed.core.console import one_line_warnings
 
 PROG = "analysis.rollout"
 

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from morlfed.envs import EnvSpec
 from morlfed.metrics import ACCURACIES, RETURN_KINDS, return_columns
-from morlfed.runstatus import read_stopped
+from morlfed.storage.runstatus import read_stopped
 
 #: Keys ``metrics.json`` must hold for a run to be compared.
 INFO_KEYS: tuple[str, ...] = ("algo", "label", "env", "dist", "seed", "finetune")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from morlfed.analysis.runs import Run, VisionRun
-from morlfed.config_groups import groups, top_level_keys
+from morlfed.cli.config_groups import groups, top_level_keys
 
 #: An RL or a vision run (:func:`split_duplicates` returns runs of the type it is given).
 _RunT = TypeVar("_RunT", bound="Run | VisionRun")

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from sklearn.cluster import AgglomerativeClustering
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.similarity import cosine_matrix
-from morlfed.strategy import Strategy, split_event
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import Strategy, split_event
+from morlfed.strategies.similarity import cosine_matrix
 
 
 def complete_linkage_bipartition(similarity: torch.Tensor) -> np.ndarray:

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, sample_shares, stack_results
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import Strategy, sample_shares, stack_results
 
 
 class FedAvg(Strategy):

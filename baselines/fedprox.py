@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 from morlfed.baselines.fedavg import FedAvg
-from morlfed.protocol import FitTask
+from morlfed.core.protocol import FitTask
 
 
 class FedProx(FedAvg):
@@ -19,7 +19,7 @@ class FedProx(FedAvg):
     Client-side duties: start from the global model; during local training add
     ``prox_mu * (theta - prox_centre)`` to the gradients before every optimiser step, with the
     centre the global model it received (RL clients wrap the SB3 policy optimiser(s) with
-    :class:`morlfed.proximal.ProximalOptimizer`); report the trained vector and its number of
+    :class:`morlfed.core.proximal.ProximalOptimizer`); report the trained vector and its number of
     samples. With ``mu = 0`` this is exactly FedAvg.
 
     :param mu: the proximal coefficient, ``>= 0``; larger keeps clients closer to the global model

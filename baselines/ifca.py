@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, stack_results
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import Strategy, stack_results
 
 
 def permuted_inits(init: torch.Tensor, layout: ParamLayout, n: int, rng: np.random.Generator) -> torch.Tensor:

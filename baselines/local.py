@@ -6,8 +6,8 @@ to beat.
 
 from __future__ import annotations
 
-from morlfed.protocol import FitResult
-from morlfed.strategy import PersonalisedStrategy
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import PersonalisedStrategy
 
 
 class Local(PersonalisedStrategy):

@@ -34,10 +34,10 @@ import numpy as np
 import torch
 from sklearn.cluster import AgglomerativeClustering
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
-from morlfed.similarity import cosine_matrix, row_normalise
-from morlfed.strategy import PersonalisedStrategy, stack_results
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import PersonalisedStrategy, stack_results
+from morlfed.strategies.similarity import cosine_matrix, row_normalise
 
 MODES = ("soft-grouping", "grouping")
 

@@ -1,6 +1,6 @@
 """Threads or workers? One round of the headline run under each way of using the machine's cores.
 
-``executor=auto`` (``morlfed/parallelism.py``) must pick the faster of torch's intra-op threads
+``executor=auto`` (``morlfed/core/parallelism.py``) must pick the faster of torch's intra-op threads
 in one process and single-threaded worker processes. This script runs one round of
 ``python -m morlfed.run env=mo-lunar-lander dist=dirichlet`` (``--steps`` local steps, default the
 spec's 5 000) with the vectorised engine, once per setting, alternating over ``--repeats``, and
@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from morlfed.parallelism import available_cores
+from morlfed.core.parallelism import available_cores
 
 HEADLINE = ["env=mo-lunar-lander", "dist=dirichlet", "engine=vectorised", "rounds=1", "progress=false"]
 

@@ -43,12 +43,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from morlfed.core.seeding import generator
 from morlfed.envs import EnvSpec, get_spec
-from morlfed.executors import make_executor
 from morlfed.federation import Federation, FederationConfig, Recorder
-from morlfed.rundir import RunDirectory
-from morlfed.seeding import generator
-from morlfed.strategy import make_strategy
+from morlfed.runtime.executors import make_executor
+from morlfed.storage.rundir import RunDirectory
+from morlfed.strategies.base import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
 from morlfed.tasks.rl.preferences import sample_preferences
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory

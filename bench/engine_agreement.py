@@ -60,8 +60,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from morlfed.analysis.equivalence import Equivalence, paired_equivalence, standardised_margin
-from morlfed.provenance import code_version
-from morlfed.rundir import atomic_write_text
+from morlfed.core.provenance import code_version
+from morlfed.storage.rundir import atomic_write_text
 
 #: The arms of the study: the reference (sb3) and each candidate, by the overrides that select it.
 ARMS: dict[str, list[str]] = {
@@ -169,7 +169,7 @@ def run_one(path: Path, env: str, budget: str, algo: str, engine: str, seed: int
 def current_commit() -> str:
     """The short commit hash of the checkout that runs the study.
 
-    It is :func:`morlfed.provenance.code_version`, the record its new runs keep; a study outside a
+    It is :func:`morlfed.core.provenance.code_version`, the record its new runs keep; a study outside a
     git checkout is refused.
     """
     commit = code_version()["commit"]

@@ -65,8 +65,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from morlfed.core.parallelism import cpu_model, resolve
 from morlfed.envs import get_spec
-from morlfed.parallelism import cpu_model, resolve
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN
 from morlfed.tasks.rl.vectorised.engine import stacked_algorithm

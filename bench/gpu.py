@@ -58,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gpu_figures import summary_lines
 from gpu_runs import Budget, environment, profile_part, timed_part
 
+from morlfed.core.interrupt import RunStopped
 from morlfed.envs import get_spec
-from morlfed.interrupt import RunStopped
 from morlfed.tasks.rl.precision import resolve_precision
 
 #: Seconds per lockstep step of 10 clients, before a part has measured one (generous guesses): the

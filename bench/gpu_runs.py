@@ -33,10 +33,10 @@ from gpu_figures import profile_figures, project
 from lockstep_probe import LockstepProbe, PhaseTotals
 
 from morlfed.api import run_experiment
+from morlfed.core.interrupt import RunStopped
+from morlfed.core.parallelism import available_cores, cpu_model, resolve
+from morlfed.core.provenance import code_version
 from morlfed.envs import get_spec
-from morlfed.interrupt import RunStopped
-from morlfed.parallelism import available_cores, cpu_model, resolve
-from morlfed.provenance import code_version
 from morlfed.tasks.rl.precision import resolve_precision
 
 HEADLINE = ["env=mo-lunar-lander", "dist=dirichlet"]
@@ -51,7 +51,7 @@ class Budget:
     """The script's time: what is left of it, and a deadline that stops the part running past it.
 
     At the deadline the main thread gets a SIGINT as Python's handlers see it: a run stops within
-    seconds, keeping its completed rounds (:mod:`morlfed.interrupt`); elsewhere it is a
+    seconds, keeping its completed rounds (:mod:`morlfed.core.interrupt`); elsewhere it is a
     ``KeyboardInterrupt``. :attr:`fired` tells either from a user's Ctrl-C.
 
     :param seconds: the whole budget, the summary's reserve included

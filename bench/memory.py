@@ -45,9 +45,9 @@ def measure(env: str, n: int) -> dict:
     import numpy as np
     import torch
 
+    from morlfed.core.protocol import FitTask
     from morlfed.envs import get_spec
-    from morlfed.executors import state_to_bytes
-    from morlfed.protocol import FitTask
+    from morlfed.runtime.executors import state_to_bytes
     from morlfed.tasks.rl.client import RLClientFactory
 
     spec = get_spec(env)

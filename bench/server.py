@@ -37,7 +37,7 @@ GIB = 1024**3
 
 def mlp_layout(d: float):
     """An 8 -> h -> h -> 4 MLP layout with about ``d`` parameters."""
-    from morlfed.params import ParamLayout
+    from morlfed.core.params import ParamLayout
 
     h = max(1, round((-14 + math.sqrt(14**2 + 4 * (d - 4))) / 2))  # d = h^2 + 14 h + 4
     shapes = {
@@ -64,7 +64,7 @@ def run_case(name: str, n: int, d: float, round: int = 101) -> dict:
     import numpy as np
     import torch
 
-    from morlfed.strategy import make_strategy
+    from morlfed.strategies.base import make_strategy
 
     torch.set_num_threads(1)
     layout = mlp_layout(d)
@@ -97,7 +97,7 @@ def synthetic_result(task, update, g):
     """
     import torch
 
-    from morlfed.protocol import FitResult
+    from morlfed.core.protocol import FitResult
 
     params = task.params.float()
     k = params.shape[0] if params.ndim == 2 else 1
@@ -132,7 +132,7 @@ def main() -> None:
         print(json.dumps(run_case(name, int(n), float(d))))
         return
 
-    from morlfed.strategy import available_strategies
+    from morlfed.strategies.base import available_strategies
 
     known = available_strategies()
     wanted = known if args.strategies == "all" else args.strategies.split(",")

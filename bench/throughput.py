@@ -38,7 +38,7 @@ RUNS = ("sb3", "sequential", "process", "ray")
 
 def preferences(spec, n: int, seed: int):
     """``n`` Dirichlet preferences over ``spec``'s objectives, from the ``preferences`` stream of ``seed``."""
-    from morlfed.seeding import generator
+    from morlfed.core.seeding import generator
     from morlfed.tasks.rl.preferences import sample_preferences
 
     return sample_preferences("dirichlet", n, len(spec.objectives), generator(seed, "preferences"))
@@ -48,10 +48,10 @@ def federation(kind: str, spec, n: int, rounds: int, steps: int, workers: int, s
     """A FedAvg federation under executor ``kind``: env steps and seconds spent in rounds."""
     import csv
 
-    from morlfed.executors import make_executor
     from morlfed.federation import Federation, FederationConfig, Recorder
-    from morlfed.rundir import RunDirectory
-    from morlfed.strategy import make_strategy
+    from morlfed.runtime.executors import make_executor
+    from morlfed.storage.rundir import RunDirectory
+    from morlfed.strategies.base import make_strategy
     from morlfed.tasks.rl.client import RLClientFactory
 
     options = {"workers": workers}

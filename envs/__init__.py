@@ -55,3 +55,6 @@ __all__ = [
     "resolve_name",
     "validate_weights",
 ]
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 2

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from morlfed.commands import pip_install
+from morlfed.core.commands import pip_install
 
 from .registry import get_spec
 from .spec import EnvSpec

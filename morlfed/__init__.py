@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from morlfed.client import Client
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.core.provenance import package_version
 from morlfed.metrics.indicators import hypervolume
-from morlfed.params import ParamLayout
-from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
-from morlfed.provenance import package_version
-from morlfed.strategy import Strategy, make_strategy
+from morlfed.runtime.client import Client
+from morlfed.strategies.base import Strategy, make_strategy
 
 if TYPE_CHECKING:
     from morlfed.api import ExperimentResult, run_experiment

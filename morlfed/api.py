@@ -2,12 +2,12 @@
 
 ``run_experiment(env="mo-lunar-lander", dist="dirichlet", algo="fedavg", rounds=2)`` is the
 command line ``python -m morlfed.run env=mo-lunar-lander dist=dirichlet algo=fedavg rounds=2``
-run in this process: the same checks of the overrides (:func:`morlfed.overrides.precheck_argv`),
+run in this process: the same checks of the overrides (:func:`morlfed.cli.overrides.precheck_argv`),
 the same composition (hydra's compose API on the same configuration), the same run
-(:func:`morlfed.run.execute`) and the same run directory. Bad input raises the
-:class:`~morlfed.settings.ConfigError` whose message the command line prints. Nothing is left
+(:func:`morlfed.cli.execute.execute`) and the same run directory. Bad input raises the
+:class:`~morlfed.core.settings.ConfigError` whose message the command line prints. Nothing is left
 behind in the process: hydra's global state, the logging configuration and torch's thread count
-are restored, so two calls give the numbers two command-line runs give (:mod:`morlfed.compose`).
+are restored, so two calls give the numbers two command-line runs give (:mod:`morlfed.cli.compose`).
 A config group may also be given as an object: ``run_experiment(algo=FedPref(top_r=0.5))``.
 """
 
@@ -29,9 +29,9 @@ from morlfed.analysis.curves import learning_curves_figure
 from morlfed.analysis.policies import Rollout, contact_sheet, rl_run, rollout, sb3_model
 from morlfed.analysis.run_files import check_agreement
 from morlfed.analysis.runs import Run, load_run
-from morlfed.compose import plan_composed, run_composed
+from morlfed.cli.compose import plan_composed, run_composed
 from morlfed.experiment import Experiment
-from morlfed.figures import front_figure, non_dominated_mask
+from morlfed.metrics.figures import front_figure, non_dominated_mask
 
 
 @dataclass(frozen=True)
@@ -180,7 +180,7 @@ def run_experiment(
 
     The rule for objects: a config group may be given as the object it stands for, and the
     object is used as it is, in place of the group's config. ``algo=`` takes a
-    :class:`~morlfed.strategy.Strategy` (``algo=FedPref(top_r=0.5)``: its parameters are the
+    :class:`~morlfed.strategies.base.Strategy` (``algo=FedPref(top_r=0.5)``: its parameters are the
     object's, not ``conf/algo``'s; the run is named for the config whose ``_target_`` is its
     class, else for the class, and ``config.yaml`` records its class and parameters); ``env=``
     takes an :class:`~morlfed.envs.EnvSpec` (its defaults of clients, rounds and local steps
@@ -196,7 +196,7 @@ def run_experiment(
     :param settings: config groups (values or objects) and top-level settings
     :raises ConfigError: bad input (an unknown key or option, a value of the wrong type, a run
         directory that holds another run): the command line's error, and nothing is written
-    :raises morlfed.interrupt.RunStopped: SIGINT or SIGTERM stopped the run (it can be resumed)
+    :raises morlfed.core.interrupt.RunStopped: SIGINT or SIGTERM stopped the run (it can be resumed)
     """
     return ExperimentResult.load(run_composed(settings, overrides, run_dir))
 

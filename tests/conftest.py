@@ -22,10 +22,10 @@ from omegaconf import DictConfig
 
 from morlfed import envs
 from morlfed.envs import factory as envs_factory
-from morlfed.safestate import state_from_bytes, state_to_bytes
+from morlfed.storage.safestate import state_from_bytes, state_to_bytes
 
 if TYPE_CHECKING:
-    from morlfed.protocol import FitTask
+    from morlfed.core.protocol import FitTask
     from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
+from morlfed.core.settings import ConfigError
 from morlfed.flower import flower_apps
-from morlfed.settings import ConfigError
 
 
 def main(argv: list[str] | None = None) -> int:

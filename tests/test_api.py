@@ -25,8 +25,8 @@ from matplotlib.figure import Figure
 
 import morlfed
 from morlfed.api import ExperimentResult
-from morlfed.compose import override_value as _value
-from morlfed.settings import ConfigError
+from morlfed.cli.compose import override_value as _value
+from morlfed.core.settings import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY: dict[str, Any] = {"n_clients": 4, "rounds": 2, "local_steps": 300, "progress": False}

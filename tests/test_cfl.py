@@ -10,9 +10,9 @@ import torch
 
 from morlfed import envs
 from morlfed.baselines.cfl import CFL, complete_linkage_bipartition
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
-from morlfed.strategy import make_strategy
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import make_strategy
 
 LAYOUT = ParamLayout.from_shapes({"l0": (6, 4), "l1": (6,)})
 D = LAYOUT.dim

@@ -113,7 +113,7 @@ def test_every_base_variant_has_its_plus_ft_or_is_a_method_without_one() -> None
 
 
 def test_each_strategy_explains_its_own_model_column() -> None:
-    from morlfed.strategy import Strategy
+    from morlfed.strategies.base import Strategy
 
     notes = {}
     for path in sorted((CONF / "algo").glob("*.yaml")):

@@ -104,8 +104,8 @@ def test_the_new_strategy_matches_fedavg_without_momentum_and_resumes_its_veloci
     exec(compile(files["morlfed/strategies/fedavgm.py"], "fedavgm.py", "exec"), namespace)
     fedavgm: Any = namespace["FedAvgM"]
     from morlfed.baselines.fedavg import FedAvg
-    from morlfed.params import ParamLayout
-    from morlfed.protocol import FitResult
+    from morlfed.core.params import ParamLayout
+    from morlfed.core.protocol import FitResult
 
     layout = ParamLayout.from_shapes({"w": (3,)})
     init = torch.zeros(3)

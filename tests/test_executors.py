@@ -22,10 +22,13 @@ import numpy as np
 import pytest
 import torch
 
-from morlfed.checkpoint import Checkpointer
-from morlfed.client import Client, TrainJob, TrainOutput
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult, FitTask
 from morlfed.envs import get_spec
-from morlfed.executors import (
+from morlfed.federation import Federation, FederationConfig, Recorder
+from morlfed.federation.checkpoint import Checkpointer
+from morlfed.runtime.client import Client, TrainJob, TrainOutput
+from morlfed.runtime.executors import (
     ClientHost,
     Executor,
     FitOutcome,
@@ -36,13 +39,10 @@ from morlfed.executors import (
     make_executor,
     make_host,
 )
-from morlfed.faults import Fault, FaultyClientFactory, FaultyHost
-from morlfed.federation import Federation, FederationConfig, Recorder
-from morlfed.params import ParamLayout
-from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
-from morlfed.rundir import RunDirectory
-from morlfed.safestate import load_state
-from morlfed.strategy import make_strategy
+from morlfed.runtime.faults import Fault, FaultyClientFactory, FaultyHost
+from morlfed.storage.rundir import RunDirectory
+from morlfed.storage.safestate import load_state
+from morlfed.strategies.base import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from conftest import compose_config
 
 import morlfed
 from morlfed.baselines.ifca import IFCA
+from morlfed.core.settings import ConfigError
 from morlfed.experiment import Settings, build_experiment, run, strategy_name, strategy_record
-from morlfed.settings import ConfigError
 from morlfed.strategies.fedpref import FedPref
 from morlfed.tasks.rl.task import RLTask
 

@@ -19,8 +19,8 @@ from conftest import compose_config
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from morlfed.analysis.evaluate import main as evaluate
-from morlfed.config_groups import group_options
-from morlfed.run import build_plan
+from morlfed.cli.config_groups import group_options
+from morlfed.cli.execute import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The experiments that template a study for any environment; a published study's own config

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import torch
 
+from morlfed.core.protocol import ClientFailure, FitResult, FitTask
 from morlfed.envs import get_spec
-from morlfed.executors import SequentialExecutor
-from morlfed.faults import Fault, FaultyClientFactory, FaultyHost, parse_faults
 from morlfed.federation import Federation, FederationConfig, Recorder
-from morlfed.protocol import ClientFailure, FitResult, FitTask
-from morlfed.rundir import RunDirectory
-from morlfed.strategy import make_strategy
+from morlfed.runtime.executors import SequentialExecutor
+from morlfed.runtime.faults import Fault, FaultyClientFactory, FaultyHost, parse_faults
+from morlfed.storage.rundir import RunDirectory
+from morlfed.strategies.base import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from morlfed import envs
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.safestate import state_from_bytes, state_to_bytes
-from morlfed.seeding import derive_seed
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.core.seeding import derive_seed
+from morlfed.storage.safestate import state_from_bytes, state_to_bytes
+from morlfed.strategies.base import make_strategy
 from morlfed.strategies.fedfew import FedFew, stch_set_weights
-from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClient
 
 

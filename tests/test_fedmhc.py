@@ -15,14 +15,14 @@ import pytest
 import torch
 
 from morlfed import envs
-from morlfed.client import Client, TrainJob, TrainOutput
-from morlfed.executors import SequentialExecutor
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import Evaluation, FitResult, FitTask
 from morlfed.federation import Federation, FederationConfig
-from morlfed.params import ParamLayout
-from morlfed.protocol import Evaluation, FitResult, FitTask
-from morlfed.safestate import state_from_bytes, state_to_bytes
+from morlfed.runtime.client import Client, TrainJob, TrainOutput
+from morlfed.runtime.executors import SequentialExecutor
+from morlfed.storage.safestate import state_from_bytes, state_to_bytes
+from morlfed.strategies.base import make_strategy
 from morlfed.strategies.fedmhc import FedMHC, cluster_heads
-from morlfed.strategy import make_strategy
 from morlfed.tasks.rl.client import RLClient
 
 LAYOUT = ParamLayout.from_shapes(

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
-from morlfed.safestate import state_from_bytes, state_to_bytes
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.storage.safestate import state_from_bytes, state_to_bytes
+from morlfed.strategies.base import make_strategy
 from morlfed.strategies.fedpg import FedPG, drift_gammas, fair_gradient, min_norm_weights
-from morlfed.strategy import make_strategy
 
 DIM = 20
 

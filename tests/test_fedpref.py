@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
-from morlfed.similarity import layerwise_similarity, top_r
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import InertSettingWarning, make_strategy
 from morlfed.strategies.fedpref import FedPref, preference_weights
-from morlfed.strategy import InertSettingWarning, make_strategy
+from morlfed.strategies.similarity import layerwise_similarity, top_r
 
 LAYOUT = ParamLayout.from_shapes({"a.weight": (2,), "b.weight": (3,)})
 

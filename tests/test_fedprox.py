@@ -12,10 +12,10 @@ import torch
 from morlfed import envs
 from morlfed.baselines.fedavg import FedAvg
 from morlfed.baselines.fedprox import FedProx
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitTask
-from morlfed.proximal import ProximalOptimizer, install_proximal
-from morlfed.strategy import make_strategy
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitTask
+from morlfed.core.proximal import ProximalOptimizer, install_proximal
+from morlfed.strategies.base import make_strategy
 from morlfed.tasks.rl.client import RLClient
 
 STEPS = 300

@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("flwr", reason="the flower extra (pip install -e '.[flower]')")
 
 from morlfed.api import plan_experiment
-from morlfed.executors import SequentialExecutor
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult, FitTask
 from morlfed.federation import Federation
 from morlfed.flower.records import (
     evaluation_from_record,
@@ -32,7 +32,7 @@ from morlfed.flower.records import (
     task_from_record,
     task_to_record,
 )
-from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.runtime.executors import SequentialExecutor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["env=deep-sea-treasure", "n_clients=4", "rounds=2", "local_steps=300"]
@@ -120,8 +120,8 @@ def test_the_flower_simulation_gives_the_sequential_executors_models(settings: l
     ],
 )
 def test_settings_the_flower_path_would_not_carry_out_are_refused(settings: dict, message: str) -> None:
+    from morlfed.core.settings import ConfigError
     from morlfed.flower import flower_apps
-    from morlfed.settings import ConfigError
 
     with pytest.raises(ConfigError, match=re.escape(message)):
         flower_apps(**settings)

@@ -21,7 +21,7 @@ pytest.importorskip("flwr", reason="the flower extra (pip install -e '.[flower]'
 
 from morlfed.analysis.evaluate import main as evaluate
 from morlfed.api import ExperimentResult, run_experiment
-from morlfed.deployment import Deployment
+from morlfed.federation.deployment import Deployment
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["env=deep-sea-treasure", "n_clients=3", "rounds=2", "local_steps=300", "seed=4", "progress=false"]

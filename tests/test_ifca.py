@@ -10,9 +10,9 @@ import torch
 
 from morlfed.baselines.fedavg import FedAvg
 from morlfed.baselines.ifca import IFCA, permuted_inits
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import make_strategy
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import make_strategy
 
 LAYOUT = ParamLayout.from_shapes({"l0": (4, 3), "l1": (4,), "l2": (2, 4)})
 D = LAYOUT.dim

@@ -1,15 +1,19 @@
-"""The layers of docs/architecture.md, checked over the source: who may import whom, file sizes, names.
+"""The layers, read from the folders, checked over the source: who may import whom, file sizes, names.
 
-Every ``import`` of every module under morlfed/ (envs/, baselines/ and analysis/ included; imports
-inside functions too) goes from a module to one of its own layer or of a layer below, and within a
-layer only inside its own group. The tasks do not import each other; only the RL task and the
-analysis know the environments. Core code (strings and names, not its docs) names no strategy.
+Each folder of morlfed/ is one group of one layer: its ``__init__.py`` says which (``LAYER = <n>``, and
+``GROUP = "<name>"`` for a folder that joins another folder's group); a subfolder without its own ``LAYER`` belongs to its parent's group, and the top-level modules (the
+entry points) sit above every folder. Every ``import`` of
+every module under morlfed/ (envs/, baselines/ and analysis/ included; imports inside functions too)
+goes to a module of its own layer or of a layer below, and within a layer only inside its own group.
+The tasks do not import each other; only the RL task and the analysis know the environments. Core
+code (strings and names, not its docs) names no strategy. docs/architecture.md lists the same layers.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -17,84 +21,50 @@ from conftest import package_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: (layer, group, module prefixes), from the bottom; the same table is in docs/architecture.md
-LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
-    (
-        0,
-        "foundation",
-        (
-            "morlfed.params",
-            "morlfed.protocol",
-            "morlfed.seeding",
-            "morlfed.commands",
-            "morlfed.rundir",
-            "morlfed.runstatus",
-            "morlfed.similarity",
-            "morlfed.proximal",
-            "morlfed.metrics",
-            "morlfed.figures",
-            "morlfed.settings",
-            "morlfed.parallelism",
-            "morlfed.progress",
-            "morlfed.interrupt",
-            "morlfed.safestate",
-            "morlfed.manifest",
-            "morlfed.runlock",
-            "morlfed.projection",
-            "morlfed.console",
-        ),
-    ),
-    (1, "strategies", ("morlfed.strategy", "morlfed.strategies", "morlfed.baselines")),
-    (
-        1,
-        "machinery",
-        (
-            "morlfed.executors",
-            "morlfed.client",
-            "morlfed.faults",
-            "morlfed.checkpoint",
-            "morlfed.deployment",
-            "morlfed.tracking",
-        ),
-    ),
-    (1, "environments", ("morlfed.envs",)),
-    (2, "federation", ("morlfed.federation",)),
-    (3, "task seam", ("morlfed.tasks",)),  # tasks/base.py; the tasks themselves match longer prefixes
-    (4, "rl task", ("morlfed.tasks.rl",)),
-    (4, "vision task", ("morlfed.tasks.vision",)),
-    (5, "experiment", ("morlfed.experiment", "morlfed.provenance")),
-    (
-        6,
-        "entry",
-        (
-            "morlfed.run",
-            "morlfed.compose",
-            "morlfed.overrides",
-            "morlfed.config_groups",
-            "morlfed.resume",
-            "morlfed.startstop",
-            "morlfed.convert",
-        ),
-    ),
-    (7, "analysis", ("morlfed.analysis",)),
-    (8, "python api", ("morlfed.api", "morlfed")),
-    (9, "flower interop", ("morlfed.flower",)),
-]
 STRATEGY_NAMES = re.compile(r"\b(fedpref|fedavg|fedprox|cfl|matfl|ifca|fedfew|fedmhc|fedpg)\b", re.IGNORECASE)
 MAX_LINES = 450
+PACKAGE = ROOT / "morlfed"
+
+
+def declared(init: Path, name: str) -> int | str | None:
+    """The constant ``name`` (``LAYER``, ``GROUP``) a package's ``__init__.py`` declares, or ``None``."""
+    for node in ast.parse(init.read_text()).body:
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
+        if isinstance(target, ast.Name) and target.id == name:
+            assert isinstance(node.value, ast.Constant), f"{init}: {name} is not a constant"
+            return node.value.value
+    return None
+
+
+@cache
+def folder_layers() -> dict[str, int]:
+    """Each folder that declares a layer (``core``, ``tasks/rl``, ...) and its layer."""
+    found: dict[str, int] = {}
+    for init in sorted(PACKAGE.glob("**/__init__.py")) + [
+        PACKAGE / f"{name}/__init__.py" for name in ("envs", "baselines", "analysis")
+    ]:
+        layer = declared(init, "LAYER")
+        if isinstance(layer, int):
+            found[init.parent.relative_to(PACKAGE).as_posix() if init.parent != PACKAGE else "morlfed"] = layer
+    return found
 
 
 def place(module: str) -> tuple[int, str]:
-    """The layer and group of ``module``: the entry with the longest prefix that matches it."""
-    matches = [
-        (len(prefix), layer, group)
-        for layer, group, prefixes in LAYERS
-        for prefix in prefixes
-        if module == prefix or module.startswith(prefix + ".")
-    ]
-    assert matches, f"{module} is in no layer: add it to LAYERS and to docs/architecture.md"
-    _, layer, group = max(matches)
-    return layer, group
+    """The layer and group (its folder) of ``module``: the nearest folder above it that declares a layer."""
+    parts = module.split(".")[1:]
+    path = PACKAGE.joinpath(*parts)
+    folder_parts = parts if path.is_dir() else parts[:-1]
+    layers = folder_layers()
+    for depth in range(len(folder_parts), 0, -1):
+        folder = "/".join(folder_parts[:depth])
+        if folder in layers:
+            group = declared(PACKAGE / folder / "__init__.py", "GROUP")  # a folder may join another's group
+            return layers[folder], group if isinstance(group, str) else folder
+    return max(layers.values()) + 1, "morlfed"  # the top level's entry points sit above every folder
 
 
 def imports(module: str, path: Path) -> set[str]:
@@ -113,11 +83,30 @@ def imports(module: str, path: Path) -> set[str]:
     return {name for name in found if name == "morlfed" or name.startswith("morlfed.")}
 
 
-def test_every_module_is_in_a_layer() -> None:
+def test_every_folder_of_modules_declares_its_layer_and_the_top_level_keeps_the_entry_points() -> None:
+    """A folder's modules sit in their layer's folder: a top-level folder of modules declares ``LAYER``.
+
+    The top level keeps at most 8 modules: the entry points (``run``, ``api``, the package's ``__init__``).
+    """
     files = package_modules()
     assert len(files) > 100
-    for module in files:
-        place(module)
+    top = sorted(m for m, path in files.items() if path.parent == PACKAGE)
+    assert len(top) <= 8, f"{len(top)} modules at morlfed/'s top level: {top}"
+    for module, path in files.items():
+        if path.parent != PACKAGE:
+            folder = path.relative_to(PACKAGE).parts[0]
+            assert folder in folder_layers(), f"{module}: morlfed/{folder}/__init__.py declares no LAYER"
+
+
+def test_docs_architecture_lists_the_folders_layers() -> None:
+    """docs/architecture.md's table has a row per layer folder, with the layer its ``__init__.py`` declares."""
+    rows = {}
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0].isdigit():
+            for folder in re.findall(r"`([\w/]+)/`", cells[1]):
+                rows[folder] = int(cells[0])
+    assert rows == folder_layers()
 
 
 def test_imports_go_down_the_layers_or_stay_in_their_group() -> None:
@@ -134,18 +123,22 @@ def test_imports_go_down_the_layers_or_stay_in_their_group() -> None:
 def test_only_the_rl_task_and_the_analysis_know_the_environments() -> None:
     for module, path in package_modules().items():
         if any(target.startswith("morlfed.envs") for target in imports(module, path)):
-            assert place(module)[1] in ("rl task", "analysis", "environments"), module
+            assert place(module)[1] in ("tasks/rl", "analysis", "envs"), module
 
 
 def test_a_misplaced_import_is_caught() -> None:
     """The check itself: the federation importing a task, or a strategy an executor, is wrong."""
-    assert place("morlfed.federation") < place("morlfed.tasks.rl.task")
-    assert place("morlfed.strategies.fedpref")[0] == place("morlfed.executors.base")[0]
-    assert place("morlfed.strategies.fedpref")[1] != place("morlfed.executors.base")[1]
-    assert place("morlfed.tasks.rl.vectorised.dqn") == (4, "rl task")
+    assert place("morlfed.federation")[0] < place("morlfed.tasks.rl.task")[0]
+    assert place("morlfed.strategies.fedpref")[0] == place("morlfed.runtime.executors.base")[0]
+    assert place("morlfed.strategies.fedpref")[1] != place("morlfed.runtime.executors.base")[1]
+    assert place("morlfed.tasks.rl.vectorised.dqn")[1] == "tasks/rl"
+    assert place("morlfed.tasks.base")[0] < place("morlfed.tasks.rl.vectorised.dqn")[0]
+    assert place("morlfed.baselines.cfl") == place("morlfed.strategies.fedpref")
+    assert place("morlfed.run") == place("morlfed.api") == place("morlfed")
 
 
-CORE = ("foundation", "machinery", "federation", "task seam", "experiment", "entry")
+#: the groups that make up the core: what runs any task with any strategy
+CORE = ("core", "storage", "runtime", "tracking", "federation", "tasks", "experiment", "cli", "morlfed")
 
 
 def code_strings(module: str) -> list[str]:
@@ -166,7 +159,7 @@ def code_strings(module: str) -> list[str]:
     return texts
 
 
-@pytest.mark.parametrize("module", [m for m in package_modules() if place(m)[1] in CORE])
+@pytest.mark.parametrize("module", [m for m in package_modules() if place(m)[1] in (*CORE, "metrics")])
 def test_core_code_names_no_strategy(module: str) -> None:
     """Strategies come in through configs (``_target_``): core code never spells one's name.
 
@@ -177,10 +170,9 @@ def test_core_code_names_no_strategy(module: str) -> None:
 
 
 TASK_WORDS = re.compile(r"\b(rl|vision|env|envs|engine|dist|partition)\b")
-#: the core without the metric library, which is multi-objective by nature (returns, preferences)
-TASK_FREE = tuple(
-    m for m in package_modules() if place(m)[1] in CORE and not m.startswith(("morlfed.metrics", "morlfed.figures"))
-)
+#: the core (the metric library, multi-objective by nature, speaks of returns and preferences)
+#: and the Python API, whose plots speak of RL and vision results
+TASK_FREE = tuple(m for m in package_modules() if place(m)[1] in CORE and m != "morlfed.api")
 
 
 @pytest.mark.parametrize("module", TASK_FREE)

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from morlfed.baselines.matfl import MaTFL, average_linkage_groups, group_mean_weights, soft_grouping_weights
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
-from morlfed.similarity import cosine_matrix
-from morlfed.strategy import make_strategy
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import make_strategy
+from morlfed.strategies.similarity import cosine_matrix
 
 LAYOUT = ParamLayout.from_shapes({"l0": (5, 3), "l1": (5,)})
 D = LAYOUT.dim

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from morlfed.overrides import check_overrides, closest
-from morlfed.settings import ConfigError, check_setting
+from morlfed.cli.overrides import check_overrides, closest
+from morlfed.core.settings import ConfigError, check_setting
 
 REFUSED = [
     (["evn=mo-lunar-lander"], "unknown key evn (in evn=mo-lunar-lander); did you mean env?"),

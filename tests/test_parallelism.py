@@ -13,9 +13,9 @@ import pytest
 import torch
 from conftest import CliRunner, compose_config
 
-from morlfed import parallelism
-from morlfed.parallelism import MIN_PARALLEL_STEPS, Parallelism, resolve
-from morlfed.run import build_plan
+from morlfed.cli.execute import build_plan
+from morlfed.core import parallelism
+from morlfed.core.parallelism import MIN_PARALLEL_STEPS, Parallelism, resolve
 from morlfed.tasks.rl.precision import bf16_native
 
 LONG = MIN_PARALLEL_STEPS  # a run just long enough for worker processes

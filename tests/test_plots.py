@@ -1,4 +1,4 @@
-"""morlfed.figures, analysis.charts, analysis.campaign_figures and the analysis.plot CLI.
+"""morlfed.metrics.figures, analysis.charts, analysis.campaign_figures and the analysis.plot CLI.
 
 Planted cluster structure must be laid out contiguously, rings must mark exactly the non-dominated
 points, curves must show the mean and std over seeds, and the CLI must write every figure of a real
@@ -36,9 +36,9 @@ from morlfed.analysis.partial import load_partial_run
 from morlfed.analysis.plot import main
 from morlfed.analysis.runs import load_run
 from morlfed.api import ExperimentResult
-from morlfed.figures import front_figure, plot_front, save_figure
 from morlfed.metrics import hypervolume
-from morlfed.runstatus import StopRecord, write_stopped
+from morlfed.metrics.figures import front_figure, plot_front, save_figure
+from morlfed.storage.runstatus import StopRecord, write_stopped
 
 ROOT = Path(__file__).resolve().parents[1]
 # Three preference groups, interleaved by client id: {0, 3}, {1, 4}, {2, 5}.

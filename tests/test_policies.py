@@ -1,4 +1,4 @@
-"""A run's deployed models (morlfed/deployment.py) and its policies (morlfed/analysis/policies.py, rollout.py).
+"""A run's deployed models (morlfed/federation/deployment.py) and its policies (morlfed/analysis/policies.py, rollout.py).
 
 Known answers: a client's SB3 model, built from ``RUN_DIR/models/``, returns on the evaluation
 seeds exactly what ``final.csv`` says it returned, on either engine, for shared (FedAvg), own
@@ -21,8 +21,8 @@ from stable_baselines3 import DQN
 import morlfed
 from morlfed.analysis import rollout as rollout_cli
 from morlfed.analysis.run_files import RunDirError
-from morlfed.deployment import MAP_FILE, Deployment
-from morlfed.params import ParamLayout
+from morlfed.core.params import ParamLayout
+from morlfed.federation.deployment import MAP_FILE, Deployment
 
 TINY: dict[str, Any] = {"n_clients": 4, "rounds": 2, "progress": False}
 #: every cell of deep-sea-treasure's 11 x 11 grid, as the env observes it

@@ -16,9 +16,9 @@ import torch
 from test_executors import CountingClient
 
 from morlfed import envs
-from morlfed.executors import Executor, ProcessExecutor, SequentialExecutor
-from morlfed.progress import RoundBudgets, RoundProgress, StepReporter, duration
-from morlfed.protocol import FitResult, FitTask
+from morlfed.core.progress import RoundBudgets, RoundProgress, StepReporter, duration
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.runtime.executors import Executor, ProcessExecutor, SequentialExecutor
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
 
 

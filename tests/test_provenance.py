@@ -1,4 +1,4 @@
-"""Which code produced a run (``morlfed.provenance``), and the run directory keeps it.
+"""Which code produced a run (``morlfed.core.provenance``), and the run directory keeps it.
 
 The commit of a git checkout, whether its tracked files were modified, nothing invented outside a
 checkout.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import morlfed
-from morlfed.provenance import code_version, describe_code
+from morlfed.core.provenance import code_version, describe_code
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

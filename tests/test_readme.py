@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from conftest import compose_config
 
-from morlfed.overrides import SHOW_FLAGS, check_overrides
-from morlfed.run import build_plan
+from morlfed.cli.execute import build_plan
+from morlfed.cli.overrides import SHOW_FLAGS, check_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ".venv/bin/"

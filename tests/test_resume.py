@@ -26,17 +26,17 @@ import numpy as np
 import pytest
 import torch
 
-from morlfed.checkpoint import Checkpointer, load_server_state
+from morlfed.cli.resume import branch_point, record_sweep_job, resume_argv, sibling_source
+from morlfed.core.interrupt import RunStopped
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.core.seeding import generator
 from morlfed.envs import get_spec
-from morlfed.executors import SequentialExecutor, state_from_bytes, state_to_bytes
 from morlfed.federation import Federation, FederationConfig, FederationOutcome, Recorder
-from morlfed.interrupt import RunStopped
-from morlfed.protocol import FitResult, FitTask
-from morlfed.resume import branch_point, record_sweep_job, resume_argv, sibling_source
-from morlfed.rundir import RunDirectory
-from morlfed.safestate import save_state
-from morlfed.seeding import generator
-from morlfed.strategy import make_strategy
+from morlfed.federation.checkpoint import Checkpointer, load_server_state
+from morlfed.runtime.executors import SequentialExecutor, state_from_bytes, state_to_bytes
+from morlfed.storage.rundir import RunDirectory
+from morlfed.storage.safestate import save_state
+from morlfed.strategies.base import make_strategy
 from morlfed.tasks.rl.client import RLClientFactory
 from morlfed.tasks.rl.preferences import sample_preferences
 

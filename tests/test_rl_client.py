@@ -19,8 +19,8 @@ import torch
 from stable_baselines3 import DQN
 
 from morlfed import envs
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitTask
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitTask
 from morlfed.tasks.rl.client import RLClient
 
 STEPS = 300
@@ -187,7 +187,7 @@ def test_a_local_budget_that_is_not_a_positive_integer_is_refused(spec: envs.Env
 
 
 def test_ties_between_lowest_losses_are_broken_at_random_by_seed():
-    from morlfed.client import break_ties
+    from morlfed.runtime.client import break_ties
 
     losses = torch.tensor([1.0, 0.5, 0.5, 2.0, 0.5])
     picks = {break_ties(losses, np.random.default_rng(s)) for s in range(50)}

@@ -17,10 +17,10 @@ import torch
 from stable_baselines3 import DQN
 
 from morlfed import envs
-from morlfed.client import Client
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitTask
-from morlfed.safestate import state_from_bytes, state_to_bytes
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitTask
+from morlfed.runtime.client import Client
+from morlfed.storage.safestate import state_from_bytes, state_to_bytes
 from morlfed.tasks.rl.client import RLClient, RLClientFactory
 from morlfed.tasks.rl.clock import FitClock
 from morlfed.tasks.rl.factory import RLFactory

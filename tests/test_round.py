@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import torch
 
-from morlfed.deployment import Deployment
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult
 from morlfed.federation import FederatedRound, FederationConfig, FederationOutcome, Recorder
-from morlfed.params import ParamLayout
-from morlfed.protocol import ClientFailure, Evaluation, FitResult
-from morlfed.rundir import RunDirectory
-from morlfed.strategy import make_strategy
+from morlfed.federation.deployment import Deployment
+from morlfed.storage.rundir import RunDirectory
+from morlfed.strategies.base import make_strategy
 
 LAYOUT = ParamLayout.from_shapes({"w": (3,)})
 
@@ -129,7 +129,7 @@ def test_the_recorder_writes_the_round_and_the_end(tmp_path: Path) -> None:
 
 
 def test_a_checkpointing_recorder_needs_the_clients_executor(tmp_path: Path) -> None:
-    from morlfed.checkpoint import Checkpointer
+    from morlfed.federation.checkpoint import Checkpointer
 
     recorder = Recorder(RunDirectory(tmp_path), Checkpointer(tmp_path))
     with pytest.raises(ValueError, match="needs the executor"):

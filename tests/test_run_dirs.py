@@ -19,9 +19,9 @@ from hydra.core.utils import setup_globals
 from omegaconf import OmegaConf
 
 import morlfed.run  # noqa: F401  (registers the configuration's resolvers)
-from morlfed.config_groups import CONF_DIR
-from morlfed.overrides import parse, sweep_dir
-from morlfed.runstatus import StopRecord, write_stopped
+from morlfed.cli.config_groups import CONF_DIR
+from morlfed.cli.overrides import parse, sweep_dir
+from morlfed.storage.runstatus import StopRecord, write_stopped
 
 TINY = ["n_clients=3", "rounds=2", "local_steps=100", "progress=false"]
 

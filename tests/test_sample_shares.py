@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import make_strategy, sample_shares
 from morlfed.strategies.fedfew import stch_set_weights
-from morlfed.strategy import make_strategy, sample_shares
 
 LAYOUT = ParamLayout.from_shapes({"w": (2,), "head": (1,)})
 

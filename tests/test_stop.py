@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from morlfed.analysis.partial import load_partial_run
-from morlfed.checkpoint import Checkpointer
-from morlfed.interrupt import RunStopped, StopNow, StopSignals
-from morlfed.resume import resume_point
+from morlfed.cli.resume import resume_point
+from morlfed.core.interrupt import RunStopped, StopNow, StopSignals
+from morlfed.federation.checkpoint import Checkpointer
 
 ROOT = Path(__file__).resolve().parents[1]
 # rounds of a few seconds (sb3 clients), so that a signal lands inside one
@@ -167,7 +167,7 @@ def test_a_signal_while_a_stopped_run_shuts_down_exits_at_once_without_a_traceba
     # restored Python's handlers, and ended the process with a KeyboardInterrupt traceback
     script = (
         "import atexit, os, signal, time\n"
-        "from morlfed.interrupt import leave\n"
+        "from morlfed.core.interrupt import leave\n"
         "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(5)))\n"
         "leave(signal.SIGTERM)\n"
     )

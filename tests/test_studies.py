@@ -38,8 +38,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 from morlfed.analysis.variants import IGNORED_CONFIG_KEYS, IGNORED_CONFIG_PREFIXES, variant_labels
-from morlfed.config_groups import group_options
-from morlfed.run import build_plan
+from morlfed.cli.config_groups import group_options
+from morlfed.cli.execute import build_plan
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"

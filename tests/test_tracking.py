@@ -21,9 +21,9 @@ from conftest import compose_config
 from matplotlib.figure import Figure
 
 from morlfed import envs
-from morlfed.figures import save_figure
-from morlfed.protocol import FitResult, FitTask
-from morlfed.run import ConfigError, build_plan
+from morlfed.cli.execute import ConfigError, build_plan
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.metrics.figures import save_figure
 from morlfed.tasks.rl.client import RLClient
 from morlfed.tracking import Tracker, flat_scalars, round_line, round_scalars, tracker_class
 

@@ -24,15 +24,22 @@ import numpy as np
 import pytest
 import torch
 
-from morlfed.checkpoint import Checkpointer
-from morlfed.convert import main as convert
-from morlfed.manifest import CorruptError, verify_manifest, write_manifest
-from morlfed.overrides import precheck_argv
-from morlfed.projection import Projection
-from morlfed.resume import resume_argv, resume_point
-from morlfed.runlock import RunDirBusy, run_dir_lock
-from morlfed.safestate import UnsafeStateError, check_state, load_state, save_state, state_from_bytes, state_to_bytes
-from morlfed.settings import ConfigError
+from morlfed.cli.convert import main as convert
+from morlfed.cli.overrides import precheck_argv
+from morlfed.cli.resume import resume_argv, resume_point
+from morlfed.core.projection import Projection
+from morlfed.core.settings import ConfigError
+from morlfed.federation.checkpoint import Checkpointer
+from morlfed.storage.manifest import CorruptError, verify_manifest, write_manifest
+from morlfed.storage.runlock import RunDirBusy, run_dir_lock
+from morlfed.storage.safestate import (
+    UnsafeStateError,
+    check_state,
+    load_state,
+    save_state,
+    state_from_bytes,
+    state_to_bytes,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "HYDRA_FULL_ERROR": "0"}
@@ -114,7 +121,7 @@ def test_the_lock_refuses_a_second_holder_naming_it_and_a_dead_holders_lock_is_f
         [
             sys.executable,
             "-c",
-            "import sys, time; from morlfed.runlock import run_dir_lock\n"
+            "import sys, time; from morlfed.storage.runlock import run_dir_lock\n"
             f"with run_dir_lock({str(tmp_path)!r}):\n    print('held', flush=True); time.sleep(600)",
         ],
         env=ENV,

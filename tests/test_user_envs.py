@@ -19,8 +19,8 @@ from hydra.core.config_store import ConfigStore
 
 import morlfed
 from morlfed import envs
+from morlfed.core.settings import ConfigError
 from morlfed.envs import registry
-from morlfed.settings import ConfigError
 
 TINY: dict[str, Any] = {"n_clients": 2, "rounds": 1, "local_steps": 100, "progress": False}
 DST = envs.ENV_CONF_DIR / "deep-sea-treasure.yaml"

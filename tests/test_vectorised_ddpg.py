@@ -22,9 +22,9 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from morlfed import envs
+from morlfed.core.params import ParamLayout
+from morlfed.core.proximal import install_proximal
 from morlfed.envs import make_train_env
-from morlfed.params import ParamLayout
-from morlfed.proximal import install_proximal
 from morlfed.tasks.rl.client import RLClient
 from morlfed.tasks.rl.vectorised.ddpg import (
     StackedDDPG,

@@ -17,8 +17,8 @@ from gymnasium import spaces
 from stable_baselines3 import DDPG
 
 from morlfed import envs
-from morlfed.protocol import FitResult, FitTask
-from morlfed.seeding import generator
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.core.seeding import generator
 from morlfed.tasks.rl.client import RLClient
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG, scale_action
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients

@@ -18,7 +18,7 @@ from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
 from morlfed import envs
-from morlfed.proximal import install_proximal
+from morlfed.core.proximal import install_proximal
 from morlfed.tasks.rl.client import RLClient
 from morlfed.tasks.rl.vectorised.ddpg import StackedDDPG
 from morlfed.tasks.rl.vectorised.dqn import StackedDQN

@@ -18,8 +18,8 @@ from conftest import assert_restored_engine_fits_alike, assert_same_results_what
 from stable_baselines3 import DQN
 
 from morlfed import envs
-from morlfed.executors.sequential import SequentialExecutor
-from morlfed.protocol import ClientFailure, FitResult, FitTask
+from morlfed.core.protocol import ClientFailure, FitResult, FitTask
+from morlfed.runtime.executors.sequential import SequentialExecutor
 from morlfed.tasks.rl.client import RLClient
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from morlfed import envs
-from morlfed.protocol import FitTask
+from morlfed.core.protocol import FitTask
 from morlfed.tasks.rl.agent import AGENTS
 from morlfed.tasks.rl.task import RLTask
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients

@@ -16,7 +16,7 @@ import pytest
 
 from morlfed.analysis.evaluate import main as evaluate_main
 from morlfed.metrics import ACCURACIES, accuracy_summary
-from morlfed.strategy import available_strategies
+from morlfed.strategies.base import available_strategies
 
 ROOT = Path(__file__).resolve().parents[1]
 STRATEGIES = available_strategies()

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from morlfed.protocol import FitTask
+from morlfed.core.protocol import FitTask
 from morlfed.tasks.vision.client import VisionClient, s_acc_clients
 from morlfed.tasks.vision.experiment import VisionSetup
 from morlfed.tasks.vision.models import build_model

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from morlfed.seeding import generator
+from morlfed.core.seeding import generator
 from morlfed.tasks.vision.partition import PartitionError, make_partition
 
 # 10 classes of 100 samples each, shuffled.

@@ -2,7 +2,7 @@
 
 No configuration files and no command-line strings: a task object, a strategy object, the run's
 settings, an executor and a tracker make an :class:`Experiment` (:func:`build_experiment`, which
-validates each part and says what is wrong in one line, a :class:`~morlfed.settings.ConfigError`),
+validates each part and says what is wrong in one line, a :class:`~morlfed.core.settings.ConfigError`),
 and :func:`run` runs it into a run directory the analysis reads like any other::
 
     from morlfed.experiment import Settings, build_experiment, run
@@ -34,3 +34,6 @@ __all__ = [
     "strategy_name",
     "strategy_record",
 ]
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 6

@@ -2,11 +2,11 @@
 
 An experiment is a task (a :class:`~morlfed.tasks.base.Task` instance: the RL task's environment and
 preferences, the vision task's data and partition), a strategy (a
-:class:`~morlfed.strategy.Strategy` instance), the run's settings (:class:`Settings`: budget, seed,
+:class:`~morlfed.strategies.base.Strategy` instance), the run's settings (:class:`Settings`: budget, seed,
 ...), how its clients run (an executor) and what records it (a tracker). No configuration files
 and no command-line strings are involved: the command line composes its configuration and then
 builds the same objects through :func:`build_experiment`, so both paths validate with the same
-code and fail with the same one-line :class:`~morlfed.settings.ConfigError`.
+code and fail with the same one-line :class:`~morlfed.core.settings.ConfigError`.
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ from typing import Any
 
 import yaml
 
-from morlfed.checkpoint import Checkpointer
-from morlfed.executors import Executor, make_executor
+from morlfed.core.parallelism import Parallelism
+from morlfed.core.parallelism import resolve as resolve_parallelism
+from morlfed.core.provenance import code_version
+from morlfed.core.settings import ConfigError
 from morlfed.experiment.settings import Settings
 from morlfed.experiment.strategies import check_strategy, class_path, strategy_name, strategy_record
-from morlfed.faults import Fault, parse_faults
 from morlfed.federation import FederationConfig
-from morlfed.parallelism import Parallelism
-from morlfed.parallelism import resolve as resolve_parallelism
-from morlfed.provenance import code_version
-from morlfed.settings import ConfigError
-from morlfed.strategy import Strategy
+from morlfed.federation.checkpoint import Checkpointer
+from morlfed.runtime.executors import Executor, make_executor
+from morlfed.runtime.faults import Fault, parse_faults
+from morlfed.strategies.base import Strategy
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tracking import Tracker
 
@@ -47,7 +47,7 @@ class Experiment:
     :param tracker: the experiment tracker's class (``logger=``)
     :param tracker_options: its options (``conf/logger/<name>.yaml`` without ``_target_``)
     :param parallelism: the executor, workers and threads the run resolved (``auto`` settings)
-    :param warning: what the projection of its size warns of (:mod:`morlfed.projection`), if anything
+    :param warning: what the projection of its size warns of (:mod:`morlfed.core.projection`), if anything
     :param config_yaml: the run's configuration as ``config.yaml`` records it
     :param command: how the run was asked for, as ``run.log`` says it (the command line's overrides)
     :param tracker_label: the tracker's name in messages (``logger=<label>: ...``)
@@ -102,7 +102,7 @@ def build_experiment(
     :param executor: ``auto`` (every core this process may use), ``sequential``, ``process`` or ``ray``
     :param executor_options: the executor's options (``workers``, ``client_timeout``, ...:
         ``morlfed/conf/executor/<name>.yaml``); by default the executor's own defaults
-    :param faults: injected faults, ``[{"client": 1, "round": 2, "kind": "raise"}]`` (:mod:`morlfed.faults`)
+    :param faults: injected faults, ``[{"client": 1, "round": 2, "kind": "raise"}]`` (:mod:`morlfed.runtime.faults`)
     :param tracker: the experiment tracker's class (the run directory alone: :class:`Tracker`)
     :param tracker_options: its keyword arguments
     :param algo: the strategy's name in the run's identity (default: :func:`strategy_name`)

@@ -10,9 +10,9 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from morlfed.core.progress import counted
 from morlfed.federation import round_budgets
-from morlfed.progress import counted
-from morlfed.runlock import LOCK
+from morlfed.storage.runlock import LOCK
 
 if TYPE_CHECKING:
     from morlfed.experiment.experiment import Experiment

@@ -2,7 +2,7 @@
 
 :func:`run` is the whole of it for an experiment built in Python: the directory's lock, the signal
 handling, then :func:`carry_out`. :func:`carry_out` is the run proper, which the command line
-(:func:`morlfed.run.execute`) reaches once it has checked its directory and found its start point:
+(:func:`morlfed.cli.execute.execute`) reaches once it has checked its directory and found its start point:
 ``config.yaml``, the task's inputs, the clients, the rounds, the results and (last) ``metrics.json``.
 """
 
@@ -19,17 +19,17 @@ from typing import Any
 import numpy as np
 import yaml
 
-from morlfed.checkpoint import Checkpointer, checkpoint_round
+from morlfed.core.interrupt import StopSignals
+from morlfed.core.provenance import describe_code
+from morlfed.core.settings import ConfigError
 from morlfed.experiment.experiment import Experiment
 from morlfed.experiment.launch import launch_summary, remove_new_run_dir
-from morlfed.faults import FaultyClientFactory
 from morlfed.federation import Federation, Recorder
-from morlfed.interrupt import StopSignals
-from morlfed.provenance import describe_code
-from morlfed.rundir import RunDirectory
-from morlfed.runlock import LOCK, run_dir_lock
-from morlfed.runstatus import clear_stopped
-from morlfed.settings import ConfigError
+from morlfed.federation.checkpoint import Checkpointer, checkpoint_round
+from morlfed.runtime.faults import FaultyClientFactory
+from morlfed.storage.rundir import RunDirectory
+from morlfed.storage.runlock import LOCK, run_dir_lock
+from morlfed.storage.runstatus import clear_stopped
 from morlfed.tracking import Tracker, flat_scalars
 
 log = logging.getLogger("morlfed.run")  # the command line's logger: run.log names it whichever path started the run
@@ -59,12 +59,12 @@ def run(experiment: Experiment, run_dir: str | Path) -> dict[str, Any]:
     The directory holds what the command line's run writes (``config.yaml``, the task's inputs,
     ``rounds.csv``, ``final.csv``, ``metrics.json``, ``run.log``, ...), so
     :meth:`morlfed.api.ExperimentResult.load` and the analysis read it as any other. SIGINT and
-    SIGTERM stop it within seconds (:class:`~morlfed.interrupt.RunStopped`), its latest checkpoint kept.
+    SIGTERM stop it within seconds (:class:`~morlfed.core.interrupt.RunStopped`), its latest checkpoint kept.
 
     :param experiment: the validated experiment (:func:`~morlfed.experiment.experiment.build_experiment`)
     :param run_dir: its directory: new, or empty
     :raises ConfigError: the directory already holds files
-    :raises morlfed.runlock.RunDirBusy: another run holds the directory
+    :raises morlfed.storage.runlock.RunDirBusy: another run holds the directory
     """
     out = Path(run_dir)
     with StopSignals() as stop, run_dir_lock(out):  # one writer per run directory

@@ -1,17 +1,17 @@
 """The run's top-level settings as a plain object: :class:`Settings`, checked as the command line checks them.
 
-The same checks (:mod:`morlfed.settings`) and the same projection of the run's size
-(:mod:`morlfed.projection`) whichever way the settings arrive, so a bad value is the same one-line
-:class:`~morlfed.settings.ConfigError` from Python as on the command line.
+The same checks (:mod:`morlfed.core.settings`) and the same projection of the run's size
+(:mod:`morlfed.core.projection`) whichever way the settings arrive, so a bad value is the same one-line
+:class:`~morlfed.core.settings.ConfigError` from Python as on the command line.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from morlfed.core.projection import Projection, physical_memory
+from morlfed.core.settings import ConfigError, check_settings
 from morlfed.federation import FederationConfig, round_budgets
-from morlfed.projection import Projection, physical_memory
-from morlfed.settings import ConfigError, check_settings
 from morlfed.tasks.base import Task
 
 

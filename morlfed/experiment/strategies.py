@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from morlfed.settings import ConfigError
-from morlfed.strategy import ALGO_DIR, Strategy, available_strategies
+from morlfed.core.settings import ConfigError
+from morlfed.strategies.base import ALGO_DIR, Strategy, available_strategies
 
 
 def class_path(cls: type) -> str:
@@ -73,7 +73,7 @@ def check_strategy(strategy: Strategy, name: str, n_clients: int, rounds: int, f
     :raises ConfigError: what is wrong, as the command line says it
     """
     if not isinstance(strategy, Strategy):
-        raise ConfigError(f"algo={name}: {type(strategy).__name__} is not a morlfed.strategy.Strategy")
+        raise ConfigError(f"algo={name}: {type(strategy).__name__} is not a morlfed.strategies.base.Strategy")
     try:
         strategy.validate(n_clients, rounds - 1 if finetune else rounds)
     except (ValueError, TypeError) as exc:

@@ -46,3 +46,6 @@ __all__ = [
     "round_budgets",
     "split_results",
 ]
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 3

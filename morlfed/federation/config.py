@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from morlfed.protocol import Evaluation
+from morlfed.core.protocol import Evaluation
 
 
 @dataclass

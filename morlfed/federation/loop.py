@@ -6,7 +6,7 @@ the executor runs ``client.fit`` -> :meth:`FederatedRound.end
 (:class:`~morlfed.federation.recorder.Recorder`). With ``eval_every=k`` the deployed models are
 also evaluated after every k-th round (the learning curve); at the end every client's deployed
 model is evaluated. With a checkpointer (the recorder's), a stop (Ctrl-C, SIGTERM:
-:class:`~morlfed.interrupt.RunStopped`) loses at most the round in progress, and
+:class:`~morlfed.core.interrupt.RunStopped`) loses at most the round in progress, and
 :meth:`Federation.resume` continues from the latest checkpoint. The progress bar counts the budget.
 """
 
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import torch
 
-from morlfed.checkpoint import load_server_state
-from morlfed.executors import Executor
+from morlfed.core.interrupt import StopSignals
+from morlfed.core.progress import RoundProgress
+from morlfed.federation.checkpoint import load_server_state
 from morlfed.federation.config import FederationConfig, FederationOutcome
 from morlfed.federation.recorder import Recorder
 from morlfed.federation.round import FederatedRound, mean_scalarised, round_budgets
-from morlfed.interrupt import StopSignals
-from morlfed.progress import RoundProgress
-from morlfed.strategy import Strategy
+from morlfed.runtime.executors import Executor
+from morlfed.strategies.base import Strategy
 
 
 class Federation:
@@ -88,7 +88,7 @@ class Federation:
     def run(self) -> FederationOutcome:
         """Run the remaining rounds, then evaluate every client's deployed model.
 
-        Raises :class:`~morlfed.interrupt.RunStopped` when a signal stops it.
+        Raises :class:`~morlfed.core.interrupt.RunStopped` when a signal stops it.
         """
         cfg, stop = self.cfg, self.stop
         self._started = time.perf_counter()

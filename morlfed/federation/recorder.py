@@ -9,7 +9,7 @@ and tells its recorder what happened; the recorder writes everything a run recor
   tracker's scalars, and with a checkpointer the checkpoint after the round;
 * per evaluation of the deployed models (:meth:`Recorder.on_evaluation`): ``evaluations.csv``;
 * at the end (:meth:`Recorder.on_end`): the final evaluation's learning-curve point, the deployed
-  models (``models/``, :mod:`morlfed.deployment`), the task's results (``final.csv``, ...,
+  models (``models/``, :mod:`morlfed.federation.deployment`), the task's results (``final.csv``, ...,
   ``metrics.json`` last) and the tracker's final scalars.
 
 A recorder without a run directory still logs the round lines and feeds its tracker.
@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from morlfed.checkpoint import Checkpointer, csv_rows, read_log
-from morlfed.deployment import MODELS, PersonalModels
-from morlfed.executors import Executor
+from morlfed.core.protocol import Evaluation
+from morlfed.federation.checkpoint import Checkpointer, csv_rows, read_log
 from morlfed.federation.config import FederationOutcome
+from morlfed.federation.deployment import MODELS, PersonalModels
 from morlfed.federation.round import FederatedRound, RoundReport, mean_metric, mean_scalarised
-from morlfed.protocol import Evaluation
-from morlfed.rundir import RunDirectory
+from morlfed.runtime.executors import Executor
+from morlfed.storage.rundir import RunDirectory
 from morlfed.tracking import Tracker, flat_scalars, round_line, round_scalars
 
 #: the round lines and warnings keep the logger name runs have always logged them under

@@ -5,7 +5,7 @@ an executor) and Flower's (:class:`~morlfed.flower.strategy.FlowerStrategy`, one
 Flower node), run the same round object, in two halves:
 
 * :meth:`FederatedRound.begin`: choose the participants (seeded, :func:`participants_for`) and let
-  the strategy configure a :class:`~morlfed.protocol.FitTask` for each, stamped with the round;
+  the strategy configure a :class:`~morlfed.core.protocol.FitTask` for each, stamped with the round;
 * the front-end has the clients fit their tasks;
 * :meth:`FederatedRound.end`: leave out the failed and non-finite results (:func:`split_results`),
   count the clients' steps, aggregate the usable results (``strategy.aggregate``) or, in a "+FT"
@@ -27,14 +27,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from morlfed.checkpoint import global_rng_state, set_global_rng_state
-from morlfed.deployment import Deployment, PersonalModels, deployed_weights
+from morlfed.core.params import ParamLayout
+from morlfed.core.progress import RoundBudgets
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.core.seeding import derive_seed, generator
+from morlfed.federation.checkpoint import global_rng_state, set_global_rng_state
 from morlfed.federation.config import FederationConfig, FederationOutcome
-from morlfed.params import ParamLayout
-from morlfed.progress import RoundBudgets
-from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
-from morlfed.seeding import derive_seed, generator
-from morlfed.strategy import Strategy
+from morlfed.federation.deployment import Deployment, PersonalModels, deployed_weights
+from morlfed.strategies.base import Strategy
 
 
 def participants_for(cfg: FederationConfig, round: int) -> list[int]:

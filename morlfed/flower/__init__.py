@@ -33,15 +33,15 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import Result
 
-from morlfed.compose import plan_composed
-from morlfed.executors import make_host
+from morlfed.cli.compose import plan_composed
+from morlfed.cli.overrides import check_creatable, check_new_run_dir, parse
+from morlfed.core.protocol import Evaluation
+from morlfed.core.settings import ConfigError
 from morlfed.federation import Recorder
 from morlfed.flower.client_app import client_app
 from morlfed.flower.strategy import FlowerStrategy
-from morlfed.overrides import check_creatable, check_new_run_dir, parse
-from morlfed.protocol import Evaluation
-from morlfed.rundir import RunDirectory
-from morlfed.settings import ConfigError
+from morlfed.runtime.executors import make_host
+from morlfed.storage.rundir import RunDirectory
 from morlfed.tasks.base import RunInfo, Task
 
 __all__ = ["NEEDS_RUN_DIR", "RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
@@ -186,3 +186,6 @@ def _run_directory(path: Path, task: Task, run: RunInfo, config_yaml: str) -> Re
     run_dir.write_text("config.yaml", config_yaml)
     task.write_inputs(run_dir, run)
     return Recorder(run_dir, results=partial(task.write_results, run=run))
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 9

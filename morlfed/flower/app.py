@@ -20,7 +20,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from morlfed.compose import plan_composed
+from morlfed.cli.compose import plan_composed
 from morlfed.experiment import Experiment
 from morlfed.flower import client_app as flower_client_app
 from morlfed.flower import flower_apps
@@ -126,7 +126,7 @@ def client_app() -> ClientApp:
 
 
 def plan_of(run_config: RunConfig) -> Experiment:
-    """The experiment of the run config's settings, built as the command line builds it (:func:`morlfed.compose.plan_composed`).
+    """The experiment of the run config's settings, built as the command line builds it (:func:`morlfed.cli.compose.plan_composed`).
 
     :param run_config: the app's run config
     """

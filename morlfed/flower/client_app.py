@@ -6,15 +6,15 @@ numbers its nodes 0..N-1; a deployed SuperNode is started with ``--node-config
 
 * ``query``: which client the node runs (the server maps node ids to client ids with it), or,
   when the query asks for it, the client's private personal model (for the run's ``models/``);
-* ``train``: one :class:`~morlfed.protocol.FitTask` (:mod:`morlfed.flower.records`), fitted exactly
+* ``train``: one :class:`~morlfed.core.protocol.FitTask` (:mod:`morlfed.flower.records`), fitted exactly
   as morlfed's executors fit it: through the client's host, guarded (a fit that raises, runs past
-  the time limit or diverges is a :class:`~morlfed.protocol.ClientFailure`, and the client is
+  the time limit or diverges is a :class:`~morlfed.core.protocol.ClientFailure`, and the client is
   rolled back);
 * ``evaluate``: one model (or the client's personal model) with an evaluation seed.
 
 Flower builds a ClientApp afresh for every message, on whichever worker is free, so the client's
 state between rounds (replay buffer, optimiser state, personal model: everything
-:meth:`~morlfed.client.Client.get_state` captures) lives in the node's ``context.state``: the
+:meth:`~morlfed.runtime.client.Client.get_state` captures) lives in the node's ``context.state``: the
 client is rebuilt from the factory and restored before each message, and saved after a fit. A
 client restored from its state fits exactly as one kept in memory (morlfed's checkpoints rely on
 the same), so the Flower path gives the numbers of morlfed's own executors.
@@ -25,7 +25,6 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from morlfed.executors import ClientFactory, ClientHost, make_host, state_from_bytes, state_to_bytes
 from morlfed.flower.records import (
     asks_personal_model,
     config_of,
@@ -35,6 +34,7 @@ from morlfed.flower.records import (
     personal_model_to_record,
     task_from_record,
 )
+from morlfed.runtime.executors import ClientFactory, ClientHost, make_host, state_from_bytes, state_to_bytes
 
 #: the key of the client's state in the node's ``context.state``
 STATE_KEY = "morlfed-client"

@@ -1,8 +1,8 @@
 """morlfed's messages as Flower records: what crosses between the ServerApp and the ClientApps.
 
-A :class:`~morlfed.protocol.FitTask`, a :class:`~morlfed.protocol.FitResult` (or the
-:class:`~morlfed.protocol.ClientFailure` that replaces it) and an
-:class:`~morlfed.protocol.Evaluation` each become a :class:`flwr.app.RecordDict` and come back
+A :class:`~morlfed.core.protocol.FitTask`, a :class:`~morlfed.core.protocol.FitResult` (or the
+:class:`~morlfed.core.protocol.ClientFailure` that replaces it) and an
+:class:`~morlfed.core.protocol.Evaluation` each become a :class:`flwr.app.RecordDict` and come back
 unchanged: tensors travel as float32 arrays (an ``ArrayRecord`` keeps their bytes), options and
 counts as a ``ConfigRecord``, training metrics as ``MetricRecord``s. A field that is ``None`` is
 left out (Flower's records hold no ``None``).
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from morlfed.protocol import ClientFailure, Evaluation, FitResult, FitTask
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult, FitTask
 
 R = TypeVar("R", ArrayRecord, ConfigRecord, MetricRecord)
 

@@ -18,6 +18,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy as FlwrStrategy
 
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import ClientFailure, Evaluation, FitResult
 from morlfed.federation import (
     FederatedRound,
     FederationConfig,
@@ -36,15 +38,13 @@ from morlfed.flower.records import (
     personal_model_request,
     task_to_record,
 )
-from morlfed.params import ParamLayout
-from morlfed.protocol import ClientFailure, Evaluation, FitResult
-from morlfed.strategy import Strategy
+from morlfed.strategies.base import Strategy
 
 log = logging.getLogger(__name__)
 
 
 class FlowerStrategy(FlwrStrategy):
-    """A morlfed :class:`~morlfed.strategy.Strategy` behind Flower's strategy interface.
+    """A morlfed :class:`~morlfed.strategies.base.Strategy` behind Flower's strategy interface.
 
     Flower splits a round across callbacks; each hands its half to morlfed's round object
     (:attr:`round`, a :class:`~morlfed.federation.round.FederatedRound`, the round morlfed's own

@@ -71,3 +71,6 @@ __all__ = [
     "sparsity",
     "zero_regret_count",
 ]
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 0

@@ -53,9 +53,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, sample_shares
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import Strategy, sample_shares
 
 
 def stch_set_weights(losses: torch.Tensor, samples: torch.Tensor, mu: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,9 +50,9 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, sample_shares, stack_results
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import Strategy, sample_shares, stack_results
 
 
 def cluster_heads(heads: torch.Tensor, n_groups: int, rng: np.random.Generator) -> np.ndarray:

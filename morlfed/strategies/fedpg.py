@@ -65,9 +65,9 @@ import numpy as np
 import torch
 from scipy.optimize import nnls
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult, FitTask
-from morlfed.strategy import Strategy, stack_results
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult, FitTask
+from morlfed.strategies.base import Strategy, stack_results
 
 _TINY = 1e-12
 

@@ -11,7 +11,7 @@ consecutive rounds its mean update stayed below ``eps``.
 Each round, for each cluster c with participants:
 
 1. ``Delta_i = theta_i' - ref_c``;
-2. ``S_ij = (1/L) sum_l cos(topR(Delta_i^l), topR(Delta_j^l))`` (:mod:`morlfed.similarity`);
+2. ``S_ij = (1/L) sum_l cos(topR(Delta_i^l), topR(Delta_j^l))`` (:mod:`morlfed.strategies.similarity`);
 3. if ``||mean_i theta_i' - ref_c|| < threshold`` for ``patience`` consecutive rounds and
    ``|c| >= 2``, c is split in two by spectral clustering on the affinity ``(S + 1) / 2`` (at most
    one split per cluster per round). ``threshold`` is ``eps`` (``eps_mode="absolute"``) or
@@ -40,10 +40,10 @@ import numpy as np
 import torch
 from sklearn.cluster import SpectralClustering
 
-from morlfed.params import ParamLayout
-from morlfed.protocol import FitResult
-from morlfed.similarity import layerwise_similarity, row_normalise
-from morlfed.strategy import InertSettingWarning, PersonalisedStrategy, split_event
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import FitResult
+from morlfed.strategies.base import InertSettingWarning, PersonalisedStrategy, split_event
+from morlfed.strategies.similarity import layerwise_similarity, row_normalise
 
 #: The forms of FedPref's split threshold (``eps_mode``).
 EPS_MODES: tuple[str, ...] = ("absolute", "relative")
@@ -116,7 +116,7 @@ class FedPref(PersonalisedStrategy):
     def validate(self, n_clients: int, rounds: int | None = None) -> None:
         """Warn when no run of ``rounds`` aggregated rounds can reach the patience.
 
-        The warning is an :class:`~morlfed.strategy.InertSettingWarning`: the clustering could never
+        The warning is an :class:`~morlfed.strategies.base.InertSettingWarning`: the clustering could never
         split, and FedPref would be its weighting-only ablation. Not an error: the similarity
         weighting still works.
         """
@@ -234,7 +234,7 @@ class FedPref(PersonalisedStrategy):
         return {"clusters": self.clusters, "below_eps": self.below, **self._last}
 
     def split_events(self) -> list[dict[str, Any]] | None:
-        """A copy of the run's split record, one :func:`~morlfed.strategy.split_event` per split, in order.
+        """A copy of the run's split record, one :func:`~morlfed.strategies.base.split_event` per split, in order.
 
         ``None`` when the run was resumed from a checkpoint that predates the record.
         """

@@ -2,3 +2,6 @@
 
 Each is a :class:`~morlfed.tasks.base.Task` in its own sub-package, chosen by the ``task`` config group.
 """
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 4

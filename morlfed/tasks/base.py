@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from omegaconf import DictConfig
 
 from morlfed.federation import FederationConfig, FederationOutcome
-from morlfed.rundir import RunDirectory
+from morlfed.storage.rundir import RunDirectory
 
 
 @dataclass
@@ -32,8 +32,8 @@ class RunInfo:
     :param fed: the loop's settings (seed, clients, rounds, local steps)
     :param branched_from: the run this one branched from, if any
     :param parallelism: the executor, workers, torch threads, cores and processor the run used
-        (:meth:`morlfed.parallelism.Parallelism.record`)
-    :param code: the code that ran (:func:`morlfed.provenance.code_version`)
+        (:meth:`morlfed.core.parallelism.Parallelism.record`)
+    :param code: the code that ran (:func:`morlfed.core.provenance.code_version`)
     """
 
     algo: str
@@ -88,7 +88,7 @@ class Task(ABC):
     :cvar budget_unit: what ``local_steps`` counts (``env steps``, ``epochs``), as the progress
         bar and the launch summary name it
     :cvar budget_rate: budget units a second that no run of the task beats, well above every
-        measured run: the projection of a run's least time (:mod:`morlfed.projection`)
+        measured run: the projection of a run's least time (:mod:`morlfed.core.projection`)
     """
 
     name: ClassVar[str]
@@ -132,7 +132,7 @@ class Task(ABC):
         """The picklable factory of the run's clients.
 
         ``factory(cid)`` builds one client; optionally ``factory.make_host(cids, timeout)`` builds the
-        host of clients ``cids`` itself (see :mod:`morlfed.executors`).
+        host of clients ``cids`` itself (see :mod:`morlfed.runtime.executors`).
         """
 
     def record(self) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from morlfed.commands import pip_install
-from morlfed.protocol import FitResult
+from morlfed.core.commands import pip_install
+from morlfed.core.protocol import FitResult
 
 
 class Tracker:
@@ -179,3 +179,6 @@ def round_line(rnd: int, rounds: int, scalars: dict[str, float]) -> str:
         parts.append(f"deployed models' mean scalarised evaluation {scalars['eval/mean_scalarised']:.4g},")
     parts.append(f"{scalars['federation/seconds']:.1f} s")
     return " ".join(parts)
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 2

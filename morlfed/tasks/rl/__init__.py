@@ -9,3 +9,6 @@
   (the fields of an engine's factory), :mod:`~morlfed.tasks.rl.fit_report` (losses and metrics);
 * :mod:`morlfed.tasks.rl.report` -- ``final.csv``, ``front.png``, ``metrics.json``.
 """
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 5

@@ -18,9 +18,9 @@ from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
+from morlfed.core.params import ParamLayout
+from morlfed.core.seeding import derive_seed
 from morlfed.envs import EnvSpec
-from morlfed.params import ParamLayout
-from morlfed.seeding import derive_seed
 
 #: The SB3 algorithm of each ``agent`` an env spec can name.
 AGENTS: dict[str, type[OffPolicyAlgorithm]] = {"dqn": DQN, "ddpg": DDPG}

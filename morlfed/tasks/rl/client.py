@@ -21,13 +21,13 @@ from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.noise import NormalActionNoise
 
-from morlfed.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import Evaluation
+from morlfed.core.proximal import install_proximal
+from morlfed.core.seeding import derive_seed
 from morlfed.envs import EnvSpec, make_eval_env, make_train_env
-from morlfed.params import ParamLayout
-from morlfed.protocol import Evaluation
-from morlfed.proximal import install_proximal
-from morlfed.safestate import plain_attributes
-from morlfed.seeding import derive_seed
+from morlfed.runtime.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
+from morlfed.storage.safestate import plain_attributes
 from morlfed.tasks.rl.agent import build_agent, layout_of
 from morlfed.tasks.rl.clock import BudgetExplorationSchedule, EpsilonDecay, FitClock
 from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
@@ -63,8 +63,8 @@ class TrainingLog(Logger):
 class RLClient(RLFitReport, Client):
     """A federated client around an SB3 agent.
 
-    **Fit options** (:class:`~morlfed.protocol.FitTask`): interpreted by
-    :class:`~morlfed.client.Client` (which models to train, losses, proximal centres, the
+    **Fit options** (:class:`~morlfed.core.protocol.FitTask`): interpreted by
+    :class:`~morlfed.runtime.client.Client` (which models to train, losses, proximal centres, the
     personal model); this class trains one model with SB3 and measures a loss. Each fit trains
     for ``local_steps`` env steps.
     ``num_samples`` counts the env steps that trained the returned model(s); ``steps_spent`` the
@@ -92,7 +92,7 @@ class RLClient(RLFitReport, Client):
 
     **FedProx** (``prox_mu > 0``): the SB3 optimiser(s) (DQN ``policy.optimizer``; DDPG
     ``actor.optimizer`` and ``critic.optimizer``) are wrapped by
-    :class:`~morlfed.proximal.ProximalOptimizer` for the fit, adding ``mu * (theta - centre)`` to
+    :class:`~morlfed.core.proximal.ProximalOptimizer` for the fit, adding ``mu * (theta - centre)`` to
     the gradients; the centre is ``task.prox_centre`` (``[d]``, or one row per model ``[K, d]``)
     or else the starting model.
 

@@ -95,7 +95,7 @@ class FitClock:
     """Where one client's current fit started on the budget clock.
 
     Every training of a fit sees the exploration rate of the fit's start, so only a fit's first
-    training (and, under ``split_budget``, each of them: :attr:`morlfed.client.TrainJob.first`)
+    training (and, under ``split_budget``, each of them: :attr:`morlfed.runtime.client.TrainJob.first`)
     advances the clock.
 
     :param start: ``(num_timesteps, offset)`` when the last first training started

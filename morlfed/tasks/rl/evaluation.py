@@ -14,9 +14,9 @@ import numpy as np
 import torch
 from stable_baselines3.common.policies import BasePolicy
 
+from morlfed.core.protocol import Evaluation
+from morlfed.core.seeding import derive_seed
 from morlfed.envs import reset_env
-from morlfed.protocol import Evaluation
-from morlfed.seeding import derive_seed
 
 
 def load_networks(policy: BasePolicy, networks: Iterable[str], named_params: Mapping[str, torch.Tensor]) -> None:
@@ -26,7 +26,7 @@ def load_networks(policy: BasePolicy, networks: Iterable[str], named_params: Map
     :param networks: the policy's online networks, by attribute name (``q_net``; ``actor`` and
         ``critic``)
     :param named_params: the model's parameters keyed ``<network>.<parameter name>``
-        (:meth:`~morlfed.params.ParamLayout.unflatten`)
+        (:meth:`~morlfed.core.params.ParamLayout.unflatten`)
     """
     with torch.no_grad():
         for network in networks:

@@ -6,16 +6,16 @@ from collections.abc import Callable
 
 import torch
 
-from morlfed.client import TrainOutput, mean_or_nan
+from morlfed.core.protocol import Evaluation
+from morlfed.core.seeding import derive_seed
 from morlfed.envs import EnvSpec
-from morlfed.protocol import Evaluation
-from morlfed.seeding import derive_seed
+from morlfed.runtime.client import TrainOutput, mean_or_nan
 
 
 class RLFitReport:
     """Mixin of the RL engines' clients: the loss of a model and the fit's training metrics.
 
-    It mixes into :class:`~morlfed.client.Client` subclasses with ``spec``, ``seed`` and
+    It mixes into :class:`~morlfed.runtime.client.Client` subclasses with ``spec``, ``seed`` and
     ``evaluate_client``.
 
     * **Loss of a model** (IFCA, FedFew, FedMHC, FedPG): ``-(w_i . R) / spec.return_scale``, where

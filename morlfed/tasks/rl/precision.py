@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
+from morlfed.core.parallelism import cpuinfo_field
 from morlfed.envs import EnvSpec
-from morlfed.parallelism import cpuinfo_field
 from morlfed.tasks.rl.vectorised.dqn import PRECISIONS
 
 #: The ``precision`` settings a run accepts.

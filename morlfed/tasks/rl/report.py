@@ -19,9 +19,9 @@ import numpy as np
 
 from morlfed.envs import EnvSpec, known_front
 from morlfed.federation import FederationOutcome
-from morlfed.figures import plot_front
 from morlfed.metrics import compute_metrics
-from morlfed.rundir import RunDirectory
+from morlfed.metrics.figures import plot_front
+from morlfed.storage.rundir import RunDirectory
 from morlfed.tasks.base import RunInfo
 
 

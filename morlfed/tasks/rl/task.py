@@ -15,10 +15,10 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from morlfed.core.seeding import generator
 from morlfed.envs import EnvSpec, check_env_kwargs, get_spec
 from morlfed.federation import FederationConfig, FederationOutcome
-from morlfed.rundir import RunDirectory
-from morlfed.seeding import generator
+from morlfed.storage.rundir import RunDirectory
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.rl import report
 from morlfed.tasks.rl.client import RLClientFactory

@@ -12,3 +12,6 @@ See ``docs/vision.md``.
 * :mod:`morlfed.tasks.vision.experiment` -- a validated experiment from the configuration;
 * :mod:`morlfed.tasks.vision.report` -- the label histogram, ``final.csv`` and ``metrics.json``.
 """
+
+#: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
+LAYER = 5

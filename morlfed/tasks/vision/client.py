@@ -15,11 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from morlfed.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
-from morlfed.params import ParamLayout
-from morlfed.protocol import Evaluation
-from morlfed.proximal import install_proximal
-from morlfed.seeding import generator, torch_generator
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import Evaluation
+from morlfed.core.proximal import install_proximal
+from morlfed.core.seeding import generator, torch_generator
+from morlfed.runtime.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
 from morlfed.tasks.vision.data import VisionDataset, load_dataset
 from morlfed.tasks.vision.models import build_model, model_layout
 from morlfed.tasks.vision.partition import Partition
@@ -74,8 +74,8 @@ class VisionClient(Client):
     ``(seed, "batches", cid, round[, k])``; the personal model's from ``(seed, "personal", cid,
     round)``. No global RNG is used.
 
-    **Fit options** (:class:`~morlfed.protocol.FitTask`): interpreted by
-    :class:`~morlfed.client.Client`; this class trains one model and measures a loss.
+    **Fit options** (:class:`~morlfed.core.protocol.FitTask`): interpreted by
+    :class:`~morlfed.runtime.client.Client`; this class trains one model and measures a loss.
 
     **Loss of a model** (``report_losses``, ``train_best``; IFCA, FedFew, FedMHC, FedPG): the mean
     cross-entropy of the *received* model over all the client's training samples, measured in
@@ -92,7 +92,7 @@ class VisionClient(Client):
     adds ``personal_train_loss`` and ``personal_train_accuracy``.
 
     **FedProx** (``prox_mu > 0``): the SGD optimiser is wrapped by
-    :func:`~morlfed.proximal.install_proximal`, adding ``mu * (theta - centre)`` to the gradients;
+    :func:`~morlfed.core.proximal.install_proximal`, adding ``mu * (theta - centre)`` to the gradients;
     the centre is ``task.prox_centre`` (``[d]`` or one row per model) or the starting model.
 
     **Personal model** (``personal_lambda``, FedMHC): a private ``[d]`` vector, initialised from

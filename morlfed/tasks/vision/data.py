@@ -27,7 +27,7 @@ from types import ModuleType
 import numpy as np
 import torch
 
-from morlfed.commands import pip_install
+from morlfed.core.commands import pip_install
 
 
 class DatasetUnavailable(ValueError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from morlfed.seeding import generator, torch_generator
+from morlfed.core.seeding import generator, torch_generator
 from morlfed.tasks.vision.client import TrainConfig, VisionClientFactory
 from morlfed.tasks.vision.data import VisionDataset, load_dataset
 from morlfed.tasks.vision.models import build_model

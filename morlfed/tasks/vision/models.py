@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from morlfed.params import ParamLayout
+from morlfed.core.params import ParamLayout
 
 #: Names ``model=`` accepts.
 MODELS: tuple[str, ...] = ("mlp", "cnn")

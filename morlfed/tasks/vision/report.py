@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from morlfed.federation import FederationOutcome
 from morlfed.metrics import ACCURACIES, accuracy_summary
-from morlfed.rundir import RunDirectory, atomic_write_bytes
+from morlfed.storage.rundir import RunDirectory, atomic_write_bytes
 from morlfed.tasks.vision.data import VisionDataset
 from morlfed.tasks.vision.partition import Partition
 

@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from morlfed.federation import FederationConfig, FederationOutcome
-from morlfed.rundir import RunDirectory
+from morlfed.storage.rundir import RunDirectory
 from morlfed.tasks.base import RunInfo, Task
 from morlfed.tasks.vision import report
 from morlfed.tasks.vision.client import VisionClientFactory

@@ -14,7 +14,7 @@ client:
 1. ``next_a = clamp(actor_target(s'), -1, 1)``; ``y = r + (1 - done) * gamma * min_k
    critic_target_k(s', next_a)`` (no gradient);
 2. critic loss ``sum_k mse(critic_k(s, a), y)`` (mean over the client's own batch), its gradient,
-   FedProx's ``mu * (theta - centre)`` added (as :class:`~morlfed.proximal.ProximalOptimizer` adds
+   FedProx's ``mu * (theta - centre)`` added (as :class:`~morlfed.core.proximal.ProximalOptimizer` adds
    it inside ``optimizer.step``), one Adam step of the critic;
 3. actor loss ``-mean critic_0(s, actor(s))`` with the *updated* critic, its gradient (actor
    parameters only), the proximal term, one Adam step of the actor;
@@ -38,7 +38,7 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 from torch import nn
 
-from morlfed.params import ParamLayout
+from morlfed.core.params import ParamLayout
 from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows, select_rows

@@ -8,7 +8,7 @@ the SB3 client's), and one :meth:`StackedDQN.gradient_step` is ``DQN.train(gradi
 for every masked client: the target ``r + (1 - done) * gamma * max_a Q_target(s', a)``, the
 Huber loss (mean over the client's own batch), ``clip_grad_norm_`` at ``max_grad_norm`` over the
 client's own parameters, then the proximal term (added after clipping, as
-:class:`~morlfed.proximal.ProximalOptimizer` does inside ``optimizer.step``) and one Adam step.
+:class:`~morlfed.core.proximal.ProximalOptimizer` does inside ``optimizer.step``) and one Adam step.
 Nothing in an update mixes clients: a NaN in one client's slice stays there.
 
 The Q-network's MLP runs as a :class:`~morlfed.tasks.rl.vectorised.mlp.StackedMLP` (one batched
@@ -29,7 +29,7 @@ from stable_baselines3 import DQN
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.torch_layers import FlattenExtractor
 
-from morlfed.params import ParamLayout
+from morlfed.core.params import ParamLayout
 from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows

@@ -1,6 +1,6 @@
 """The vectorised client engine: all DQN or DDPG clients of a worker trained as one batched computation.
 
-:class:`VectorisedClients` is a :class:`~morlfed.client.Client` owning several clients. It
+:class:`VectorisedClients` is a :class:`~morlfed.runtime.client.Client` owning several clients. It
 reproduces the SB3 client (:class:`~morlfed.tasks.rl.client.RLClient`) client by client: the same
 env per client (``make_train_env(spec, w_i, seed=derive_seed(seed, "train-env", cid))``), the same
 networks and shared initial parameters, SB3's ``learn`` loop (``train_freq`` in steps or episodes,
@@ -30,11 +30,11 @@ import torch
 from stable_baselines3 import DDPG, DQN
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
-from morlfed.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
+from morlfed.core.params import ParamLayout
+from morlfed.core.protocol import Evaluation
+from morlfed.core.seeding import derive_seed
 from morlfed.envs import EnvSpec, make_eval_env, make_train_env
-from morlfed.params import ParamLayout
-from morlfed.protocol import Evaluation
-from morlfed.seeding import derive_seed
+from morlfed.runtime.client import PERSONAL_SLOT, Client, TrainJob, TrainOutput
 from morlfed.tasks.rl.agent import AGENTS
 from morlfed.tasks.rl.clock import FitClock
 from morlfed.tasks.rl.evaluation import evaluate_episodes, load_networks
@@ -243,7 +243,7 @@ class VectorisedClients(RLFitReport, Client):
     def get_state(self, cid: int) -> dict[str, Any]:
         """Everything client ``cid`` carries from one round to the next (see the class docstring).
 
-        It is an independent CPU copy made of data only (:mod:`morlfed.safestate`). RNG states are not part of it:
+        It is an independent CPU copy made of data only (:mod:`morlfed.storage.safestate`). RNG states are not part of it:
         every training reseeds from (seed, client, round).
         """
         i, c = self.index[cid], self.counters

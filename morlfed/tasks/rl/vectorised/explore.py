@@ -22,7 +22,7 @@ import torch
 from gymnasium import spaces
 from stable_baselines3 import DDPG, DQN
 
-from morlfed.seeding import generator
+from morlfed.core.seeding import generator
 from morlfed.tasks.rl.clock import EpsilonDecay
 from morlfed.tasks.rl.vectorised.ddpg import explore_actions, unscale_action
 from morlfed.tasks.rl.vectorised.learner import StackedLearner

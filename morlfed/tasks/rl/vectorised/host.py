@@ -4,27 +4,27 @@ The clients are held in one :class:`~morlfed.tasks.rl.vectorised.engine.Vectoris
 
 The executors build it through
 :meth:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory.make_host` (see
-:mod:`morlfed.executors.base` for what a host owes its executor).
+:mod:`morlfed.runtime.executors.base` for what a host owes its executor).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from morlfed.executors.base import ClientHost, FitOutcome, StepSink, describe, guarded_fit
-from morlfed.progress import StepReporter
-from morlfed.protocol import ClientFailure, FitTask, check_fit_task
+from morlfed.core.progress import StepReporter
+from morlfed.core.protocol import ClientFailure, FitTask, check_fit_task
+from morlfed.runtime.executors.base import ClientHost, FitOutcome, StepSink, describe, guarded_fit
 from morlfed.tasks.rl.vectorised.engine import VectorisedClients
 
 
 class VectorisedHost(ClientHost):
     """Hosts the clients of one :class:`VectorisedClients` engine.
 
-    **Faults.** A task that does not fit its client (:func:`~morlfed.protocol.check_fit_task`)
+    **Faults.** A task that does not fit its client (:func:`~morlfed.core.protocol.check_fit_task`)
     fails that client alone. The others are fitted as one batch under one time limit, ``timeout``
     times the number of clients in the batch (the time the default host would allow them one after
-    another); each client's state is snapshotted first (:func:`~morlfed.executors.base.guarded_fit`). If the batch raises or runs out of time,
-    every client of the batch gets a :class:`~morlfed.protocol.ClientFailure` and is rolled back;
+    another); each client's state is snapshotted first (:func:`~morlfed.runtime.executors.base.guarded_fit`). If the batch raises or runs out of time,
+    every client of the batch gets a :class:`~morlfed.core.protocol.ClientFailure` and is rolled back;
     a client whose result is not finite fails alone and is rolled back (a NaN never crosses
     clients inside the engine, so the others' results stand).
 
@@ -51,7 +51,7 @@ class VectorisedHost(ClientHost):
 
         :param tasks: ``(cid, task)`` pairs of this host's clients, one per client
         :param on_steps: called with the env steps the batch took, in about
-            :data:`~morlfed.progress.REPORTS_PER_BATCH` chunks, while it trains
+            :data:`~morlfed.core.progress.REPORTS_PER_BATCH` chunks, while it trains
         """
         outcomes: dict[int, FitOutcome] = {}
         batch: dict[int, FitTask] = {}

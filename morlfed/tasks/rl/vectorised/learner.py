@@ -7,7 +7,7 @@ A learner keeps every network of the SB3 agent it mirrors (DQN: ``q_net`` and ``
 DDPG: ``actor``, ``actor_target``, ``critic``, ``critic_target``) as ``[N, d]`` rows, one per
 client, and evaluates and differentiates them with :class:`~morlfed.tasks.rl.vectorised.mlp.StackedMLP`
 (batched matrix products and a backward pass written out, checked against SB3's autograd). Its
-flat vectors use exactly the SB3 client's layout (:class:`~morlfed.params.ParamLayout` over the
+flat vectors use exactly the SB3 client's layout (:class:`~morlfed.core.params.ParamLayout` over the
 online networks, e.g. ``q_net.q_net.0.weight``), so a model trained by one engine loads in the
 other.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from morlfed.params import ParamLayout
+from morlfed.core.params import ParamLayout
 
 
 @dataclass

@@ -3,7 +3,7 @@
 The MLP is an ``nn.Sequential`` of ``Linear`` layers and ReLU / Tanh activations.
 
 Every client's parameters are one row of an ``[N, d]`` tensor in a
-:class:`~morlfed.params.ParamLayout`'s order; a linear layer is one batched matrix product over
+:class:`~morlfed.core.params.ParamLayout`'s order; a linear layer is one batched matrix product over
 the clients (``baddbmm`` on ``[N, out, in]`` weights). :meth:`StackedMLP.backward` writes the
 gradients straight into an ``[N, d]`` buffer: the same gradients autograd computes through the
 SB3 module (checked against SB3 in ``tests/test_vectorised_dqn.py``) without building a graph,
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from morlfed.params import ParamLayout
+from morlfed.core.params import ParamLayout
 
 #: The activations whose derivative :meth:`StackedMLP.backward` knows (SB3's usual choices).
 ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.Tanh)

@@ -28,7 +28,7 @@ import torch
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.type_aliases import TrainFrequencyUnit
 
-from morlfed.seeding import generator
+from morlfed.core.seeding import generator
 from morlfed.tasks.rl.vectorised.explore import Exploration, Streams
 from morlfed.tasks.rl.vectorised.learner import StackedLearner
 from morlfed.tasks.rl.vectorised.replay import StackedReplay
