@@ -29,14 +29,15 @@ PACKAGE = ROOT / "morlfed"
 def declared(init: Path, name: str) -> int | str | None:
     """The constant ``name`` (``LAYER``, ``GROUP``) a package's ``__init__.py`` declares, or ``None``."""
     for node in ast.parse(init.read_text()).body:
-        target = (
-            node.target
-            if isinstance(node, ast.AnnAssign)
-            else (node.targets[0] if isinstance(node, ast.Assign) else None)
-        )
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
         if isinstance(target, ast.Name) and target.id == name:
-            assert isinstance(node.value, ast.Constant), f"{init}: {name} is not a constant"
-            return node.value.value
+            assert isinstance(value, ast.Constant) and isinstance(value.value, (int, str)), f"{init}: {name}"
+            return value.value
     return None
 
 

@@ -187,5 +187,6 @@ def _run_directory(path: Path, task: Task, run: RunInfo, config_yaml: str) -> Re
     task.write_inputs(run_dir, run)
     return Recorder(run_dir, results=partial(task.write_results, run=run))
 
+
 #: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
 LAYER = 9

@@ -180,5 +180,6 @@ def round_line(rnd: int, rounds: int, scalars: dict[str, float]) -> str:
     parts.append(f"{scalars['federation/seconds']:.1f} s")
     return " ".join(parts)
 
+
 #: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
 LAYER = 2
