@@ -386,7 +386,7 @@ def test_an_earlier_morlfeds_pickled_checkpoints_are_refused_until_converted(fin
         torch.save(state, new.with_suffix(".pt"))
         new.unlink()
     (checkpoint / "manifest.json").unlink()
-    with pytest.raises(ValueError, match=r"pickled by an earlier morlfed.*python -m morlfed\.convert RUN_DIR"):
+    with pytest.raises(ValueError, match=r"pickled by an earlier morlfed.*python -m morlfed\.cli\.convert RUN_DIR"):
         Checkpointer(run).usable()
     assert convert([str(run)]) == 0
     assert not list(run.rglob("*.pt")) and Checkpointer(run).usable() == (checkpoint, [])

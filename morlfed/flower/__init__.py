@@ -20,8 +20,10 @@ inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``, ``metric
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,6 +47,9 @@ from morlfed.storage.rundir import RunDirectory
 from morlfed.tasks.base import RunInfo, Task
 
 __all__ = ["NEEDS_RUN_DIR", "RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
+
+#: the lines of ``run.log``, in the format of hydra's file log (the command line's ``run.log``)
+RUN_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 #: settings of morlfed's own run that the Flower path would silently not carry out, and why
 RUN_ONLY = {
@@ -132,7 +137,7 @@ def flower_apps(
     runs, with Flower carrying the messages: the same preferences, clients, strategy and seeds.
     With ``run_dir`` the server writes the run directory that command writes (``config.yaml``, the
     task's inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``,
-    ``metrics.json``). Settings that only morlfed's own run carries out (its executor, checkpoints
+    ``metrics.json``, and ``run.log`` with morlfed's log lines). Settings that only morlfed's own run carries out (its executor, checkpoints
     and resume, tracker, fault injection: :data:`RUN_ONLY`) are refused rather than ignored.
 
     :param overrides: further overrides in command-line syntax
@@ -166,9 +171,34 @@ def flower_apps(
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
+        with _run_log(None if run_dir is None else Path(run_dir)):
+            apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
 
     return apps
+
+
+@contextlib.contextmanager
+def _run_log(run_dir: Path | None) -> Iterator[None]:
+    """``run.log`` in the run directory while the server runs: morlfed's log lines, as the command line's run writes them.
+
+    :param run_dir: the run directory (``None``: no log file)
+    """
+    if run_dir is None:
+        yield
+        return
+    handler = logging.FileHandler(run_dir / "run.log")
+    handler.setFormatter(logging.Formatter(RUN_LOG_FORMAT))
+    logger = logging.getLogger("morlfed")
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:  # the round lines are INFO
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        handler.close()
 
 
 def _run_directory(path: Path, task: Task, run: RunInfo, config_yaml: str) -> Recorder:
