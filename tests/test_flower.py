@@ -116,7 +116,8 @@ def test_the_flower_simulation_gives_the_sequential_executors_models(settings: l
             {"overrides": ["+faults=[{client:0,round:1,kind:raise}]"]},
             "faults: faults are injected by morlfed's executors",
         ),
-        ({"checkpoint_every": 1, "logger": "tensorboard"}, "checkpoint_every, logger: checkpoints are written"),
+        ({"checkpoint_every": 1}, "checkpoint_every: checkpoints are written"),
+        ({"logger": "tensorboard"}, "logger: a tracker's files and run are named after the run directory: give"),
     ],
 )
 def test_settings_the_flower_path_would_not_carry_out_are_refused(settings: dict, message: str) -> None:

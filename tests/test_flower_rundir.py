@@ -50,7 +50,7 @@ def assert_same_models(a: Path, b: Path) -> None:
 
 @pytest.mark.slow
 def test_a_flower_run_writes_the_run_directory_of_morlfeds_own_run(tmp_path: Path) -> None:
-    settings = [*TINY, "algo=fedpref", "save_similarity=true"]
+    settings = [*TINY, "algo=fedpref", "save_similarity=true", "logger=tensorboard"]
     flower_run(tmp_path / "flower", settings)
     native = run_experiment(overrides=[*settings, "executor=sequential"], run_dir=tmp_path / "native")
     result = ExperimentResult.load(tmp_path / "flower")
@@ -61,6 +61,7 @@ def test_a_flower_run_writes_the_run_directory_of_morlfeds_own_run(tmp_path: Pat
     for name in ("config.yaml", "preferences.csv", "clusters.jsonl", "similarity_1.npy", "similarity_2.npy"):
         assert (tmp_path / "flower" / name).is_file(), name
     assert (tmp_path / "flower" / "clusters.jsonl").read_text() == (tmp_path / "native" / "clusters.jsonl").read_text()
+    assert list((tmp_path / "flower" / "tensorboard").glob("events.out.tfevents.*")), "the tracker wrote nothing"
     log = (tmp_path / "flower" / "run.log").read_text()
     assert "round 1/2" in log and "round 2/2" in log, log  # the round lines, as the command line's run.log has them
     assert_same_models(tmp_path / "flower", tmp_path / "native")

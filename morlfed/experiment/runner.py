@@ -95,11 +95,15 @@ def _log_file(out: Path) -> logging.Handler | None:
     return handler
 
 
-def _start_tracker(plan: Experiment, out: Path) -> Tracker:
-    """The run's tracker (``logger=``).
+def start_tracker(plan: Experiment, out: Path) -> Tracker:
+    """The run's tracker (``logger=``), started for the run directory ``out``.
 
     A backend that cannot start (``logger=wandb`` online without a login, ...) is one error line,
     and what it created is removed.
+
+    :param plan: the validated run
+    :param out: its run directory
+    :raises ConfigError: the backend cannot start
     """
     before = set(out.iterdir()) if out.is_dir() else set()
     config: dict[str, Any] = yaml.safe_load(plan.config_yaml) or {}
@@ -155,7 +159,7 @@ def carry_out(plan: Experiment, out: Path, start: Start, stop: StopSignals) -> d
     """
     checkpoint, source = start.checkpoint, start.source
     plan.run.branched_from = source
-    tracker = _start_tracker(plan, out)
+    tracker = start_tracker(plan, out)
     completed = False
     _log_start(plan, out, start)
     for line in launch_summary(plan, out):

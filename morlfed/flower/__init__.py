@@ -39,12 +39,12 @@ from morlfed.cli.compose import plan_composed
 from morlfed.cli.overrides import check_creatable, check_new_run_dir, parse
 from morlfed.core.protocol import Evaluation
 from morlfed.core.settings import ConfigError
+from morlfed.experiment import Experiment, start_tracker
 from morlfed.federation import Recorder
 from morlfed.flower.client_app import client_app
 from morlfed.flower.strategy import FlowerStrategy
 from morlfed.runtime.executors import make_host
 from morlfed.storage.rundir import RunDirectory
-from morlfed.tasks.base import RunInfo, Task
 
 __all__ = ["NEEDS_RUN_DIR", "RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
 
@@ -58,11 +58,13 @@ RUN_ONLY = {
     "checkpoint_every": "checkpoints are written with the clients' states, which live in the Flower nodes",
     "executor": "Flower places the clients, one per node",
     "faults": "faults are injected by morlfed's executors",
-    "logger": "trackers log morlfed's run",
     "resume": "a resumed run restores the clients' states, which live in the Flower nodes",
 }
 #: settings that the Flower path carries out only into a run directory (``run_dir``)
-NEEDS_RUN_DIR = {"save_similarity": "similarity matrices are written into the run directory"}
+NEEDS_RUN_DIR = {
+    "save_similarity": "similarity matrices are written into the run directory",
+    "logger": "a tracker's files and run are named after the run directory",
+}
 
 
 @dataclass
@@ -137,8 +139,10 @@ def flower_apps(
     runs, with Flower carrying the messages: the same preferences, clients, strategy and seeds.
     With ``run_dir`` the server writes the run directory that command writes (``config.yaml``, the
     task's inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``,
-    ``metrics.json``, and ``run.log`` with morlfed's log lines). Settings that only morlfed's own run carries out (its executor, checkpoints
-    and resume, tracker, fault injection: :data:`RUN_ONLY`) are refused rather than ignored.
+    ``metrics.json``, and ``run.log`` with morlfed's log lines), and its tracker (``logger=``) gets
+    the rounds' scalars. Settings that only morlfed's own run carries out (its executor, checkpoints
+    and resume, fault injection: :data:`RUN_ONLY`) are refused rather than ignored, and those that
+    need a run directory (:data:`NEEDS_RUN_DIR`) are refused without one.
 
     :param overrides: further overrides in command-line syntax
     :param client_timeout: seconds a client's fit may take before it counts as failed (``None``: no limit)
@@ -153,7 +157,7 @@ def flower_apps(
     ignored = sorted(given & set(RUN_ONLY))
     if ignored:
         raise ConfigError(
-            f"{', '.join(ignored)}: {RUN_ONLY[ignored[0]]}; the Flower path has no checkpoints, executor or tracker "
+            f"{', '.join(ignored)}: {RUN_ONLY[ignored[0]]}; the Flower path has no checkpoints or executor "
             "of morlfed's (run it with morlfed.run_experiment or python -m morlfed.run)"
         )
     unwritten = sorted(given & set(NEEDS_RUN_DIR)) if run_dir is None else []
@@ -162,7 +166,7 @@ def flower_apps(
     plan = plan_composed(settings, overrides)  # the core's Experiment, built as the command line builds it
     recorder = Recorder()
     if run_dir is not None:
-        recorder = _run_directory(Path(run_dir), plan.task, plan.run, plan.config_yaml)
+        recorder = _run_directory(Path(run_dir), plan)
     factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
     initial, layout = make_host(factory, [0], None).initial()
     strategy = FlowerStrategy(plan.strategy, plan.fed, initial, layout, recorder=recorder)
@@ -171,8 +175,12 @@ def flower_apps(
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
-        with _run_log(None if run_dir is None else Path(run_dir)):
-            apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
+        try:
+            with _run_log(None if run_dir is None else Path(run_dir)):
+                apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
+        finally:
+            if recorder.tracker is not None:  # a failure is no finished run
+                recorder.tracker.close(failed=apps.result is None)
 
     return apps
 
@@ -201,21 +209,21 @@ def _run_log(run_dir: Path | None) -> Iterator[None]:
         handler.close()
 
 
-def _run_directory(path: Path, task: Task, run: RunInfo, config_yaml: str) -> Recorder:
+def _run_directory(path: Path, plan: Experiment) -> Recorder:
     """Start the run directory at ``path`` as morlfed's own run starts it; the recorder that writes the rest.
 
     :param path: a new run directory
-    :param task: the run's task (its inputs and results)
-    :param run: the run's identity
-    :param config_yaml: the composed configuration (``config.yaml``)
-    :raises ConfigError: ``path`` cannot be created or holds another run
+    :param plan: the validated run (its task writes the inputs and results; its tracker, ``logger=``,
+        gets the rounds' scalars)
+    :raises ConfigError: ``path`` cannot be created or holds another run, or the tracker cannot start
     """
     check_creatable(path)
     check_new_run_dir(path, "run_dir")
     run_dir = RunDirectory(path)
-    run_dir.write_text("config.yaml", config_yaml)
-    task.write_inputs(run_dir, run)
-    return Recorder(run_dir, results=partial(task.write_results, run=run))
+    run_dir.write_text("config.yaml", plan.config_yaml)
+    plan.task.write_inputs(run_dir, plan.run)
+    tracker = start_tracker(plan, path)
+    return Recorder(run_dir, tracker=tracker, results=partial(plan.task.write_results, run=plan.run))
 
 
 #: this folder's layer (docs/architecture.md): it imports from its own folder and from lower layers only
