@@ -13,7 +13,7 @@ model that several clients share is one file), and a map says which client deplo
   "+FT"), with what those ids mean (``model_id_note``).
 
 :func:`deployed_weights` resolves the clients that deploy a private personal model (``None`` in
-:func:`morlfed.federation.deployed_models`) through the executor (or the Flower nodes) that holds them; :class:`Deployment` holds the
+:meth:`morlfed.federation.FederatedRound.deployed`) through the executor (or the Flower nodes) that holds them; :class:`Deployment` holds the
 result, writes it and reads it back.
 """
 
@@ -216,7 +216,7 @@ def deployed_weights(
 ) -> dict[int, torch.Tensor]:
     """Each client's deployed model, its private personal model fetched where it deploys one.
 
-    :param deployed: :func:`~morlfed.federation.deployed_models` (``None``: the client's personal model)
+    :param deployed: :meth:`~morlfed.federation.FederatedRound.deployed` (``None``: the client's personal model)
     :param source: where the personal models are fetched from (the executor that owns the clients, ...)
     :param initial: the shared initial model, which a client that never trained a personal model deploys
     """

@@ -59,37 +59,6 @@ def round_budgets(cfg: FederationConfig) -> RoundBudgets:
     return RoundBudgets(per_round, cfg.rounds, last)
 
 
-def deployed_models(
-    strategy: Strategy, n_clients: int, finetuned: Mapping[int, torch.Tensor]
-) -> dict[int, torch.Tensor | None]:
-    """The model each client deploys now: its "+FT" model, else the strategy's (``None``: its private personal model).
-
-    :param strategy: the strategy
-    :param n_clients: the run's clients
-    :param finetuned: the "+FT" models the clients keep, by client
-    """
-    if strategy.deploys_personal:  # each client evaluates its private personal model
-        return dict.fromkeys(range(n_clients))
-    return {cid: finetuned.get(cid, strategy.model_for(cid)) for cid in range(n_clients)}
-
-
-def eval_seeds(cfg: FederationConfig) -> dict[int, int]:
-    """Evaluation seeds: the same every round, so the curve's last point is the final evaluation.
-
-    :param cfg: the federation's settings
-    """
-    return {cid: derive_seed(cfg.seed, "final-eval", cid) for cid in range(cfg.n_clients)}
-
-
-def eval_due(cfg: FederationConfig, rnd: int) -> bool:
-    """Whether round ``rnd`` adds a point to the learning curve (``eval_every``; the last round's is the final one).
-
-    :param cfg: the federation's settings
-    :param rnd: the round
-    """
-    return cfg.eval_every > 0 and (rnd % cfg.eval_every == 0 or rnd == cfg.rounds)
-
-
 def split_results(results: Mapping[int, FitResult | ClientFailure]) -> tuple[dict[int, FitResult], dict[int, str]]:
     """Separate usable results from failures; a result with NaN/Inf parameters is a failure.
 
@@ -268,19 +237,21 @@ class FederatedRound:
     # ------------------------------------------------------------------------------------------
     # evaluation and deployment
     def eval_due(self, rnd: int) -> bool:
-        """Whether the deployed models are evaluated after round ``rnd`` for the learning curve (:func:`eval_due`).
+        """Whether round ``rnd`` adds a point to the learning curve (``eval_every``; the last round's is the final one).
 
         :param rnd: the round
         """
-        return eval_due(self.cfg, rnd)
+        return self.cfg.eval_every > 0 and (rnd % self.cfg.eval_every == 0 or rnd == self.cfg.rounds)
 
     def eval_seeds(self) -> dict[int, int]:
-        """Each client's evaluation seed (:func:`eval_seeds`)."""
-        return eval_seeds(self.cfg)
+        """Each client's evaluation seed: the same every round, so the curve's last point is the final evaluation."""
+        return {cid: derive_seed(self.cfg.seed, "final-eval", cid) for cid in range(self.cfg.n_clients)}
 
     def deployed(self) -> dict[int, torch.Tensor | None]:
-        """The model each client deploys now (``None``: its private personal model), "+FT" models included."""
-        return deployed_models(self.strategy, self.cfg.n_clients, self.finetuned)
+        """The model each client deploys now: its "+FT" model, else the strategy's (``None``: its private personal model)."""
+        if self.strategy.deploys_personal:  # each client evaluates its private personal model
+            return dict.fromkeys(range(self.cfg.n_clients))
+        return {cid: self.finetuned.get(cid, self.strategy.model_for(cid)) for cid in range(self.cfg.n_clients)}
 
     def model_ids(self) -> tuple[dict[int, int], str]:
         """Each client's deployed model id (-1: its own "+FT" model) and what the ids mean."""
