@@ -20,7 +20,7 @@ with hydra, builds the same objects and runs them here.
 from __future__ import annotations
 
 from morlfed.experiment.experiment import Experiment, build_experiment
-from morlfed.experiment.runner import Start, carry_out, run, start_tracker
+from morlfed.experiment.runner import Start, carry_out, run, run_log, start_tracker
 from morlfed.experiment.settings import Settings
 from morlfed.experiment.strategies import strategy_name, strategy_record
 
@@ -31,6 +31,7 @@ __all__ = [
     "build_experiment",
     "carry_out",
     "run",
+    "run_log",
     "start_tracker",
     "strategy_name",
     "strategy_record",

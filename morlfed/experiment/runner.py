@@ -8,9 +8,11 @@ handling, then :func:`carry_out`. :func:`carry_out` is the run proper, which the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -71,28 +73,34 @@ def run(experiment: Experiment, run_dir: str | Path) -> dict[str, Any]:
         held = sorted(p.name for p in out.iterdir() if p.name != LOCK)
         if held:
             raise ConfigError(f"{out} already holds {', '.join(held)}: give a new run directory")
-        root, level = logging.getLogger(), logging.getLogger().level
-        handler = _log_file(out)
-        try:
+        with run_log(out):
             return carry_out(experiment, out, Start(), stop)
-        finally:
-            if handler is not None:  # the process's logging as it was
-                root.removeHandler(handler)
-                handler.close()
-                root.setLevel(level)
 
 
-def _log_file(out: Path) -> logging.Handler | None:
-    """``run.log``'s handler at INFO, unless the process's logging already writes it (the command line's does)."""
+@contextlib.contextmanager
+def run_log(out: Path) -> Iterator[None]:
+    """``out/run.log`` at INFO while the body runs, unless the process's logging already writes it (the command line's does).
+
+    The process's logging is as it was afterwards.
+
+    :param out: the run directory
+    """
     root = logging.getLogger()
     target = (out / "run.log").absolute()
     if any(getattr(h, "baseFilename", None) == str(target) for h in root.handlers):
-        return None
+        yield
+        return
+    level = root.level
     handler = logging.FileHandler(target)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
     root.addHandler(handler)
     root.setLevel(min(root.level or logging.INFO, logging.INFO))
-    return handler
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(level)
 
 
 def start_tracker(plan: Experiment, out: Path) -> Tracker:

@@ -21,9 +21,8 @@ inputs, ``rounds.csv``, ``clusters.jsonl``, ``models/``, ``final.csv``, ``metric
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -39,7 +38,7 @@ from morlfed.cli.compose import plan_composed
 from morlfed.cli.overrides import check_creatable, check_new_run_dir, parse
 from morlfed.core.protocol import Evaluation
 from morlfed.core.settings import ConfigError
-from morlfed.experiment import Experiment, start_tracker
+from morlfed.experiment import Experiment, run_log, start_tracker
 from morlfed.federation import Recorder
 from morlfed.flower.client_app import client_app
 from morlfed.flower.strategy import FlowerStrategy
@@ -47,9 +46,6 @@ from morlfed.runtime.executors import make_host
 from morlfed.storage.rundir import RunDirectory
 
 __all__ = ["NEEDS_RUN_DIR", "RUN_ONLY", "FlowerApps", "FlowerStrategy", "client_app", "flower_apps"]
-
-#: the lines of ``run.log``, in the format of hydra's file log (the command line's ``run.log``)
-RUN_LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 
 #: settings of morlfed's own run that the Flower path would silently not carry out, and why
 RUN_ONLY = {
@@ -176,37 +172,13 @@ def flower_apps(
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            with _run_log(None if run_dir is None else Path(run_dir)):
+            with contextlib.nullcontext() if run_dir is None else run_log(Path(run_dir)):
                 apps.result = strategy.start(grid, strategy.deployed_arrays(), num_rounds=plan.fed.rounds)
         finally:
             if recorder.tracker is not None:  # a failure is no finished run
                 recorder.tracker.close(failed=apps.result is None)
 
     return apps
-
-
-@contextlib.contextmanager
-def _run_log(run_dir: Path | None) -> Iterator[None]:
-    """``run.log`` in the run directory while the server runs: morlfed's log lines, as the command line's run writes them.
-
-    :param run_dir: the run directory (``None``: no log file)
-    """
-    if run_dir is None:
-        yield
-        return
-    handler = logging.FileHandler(run_dir / "run.log")
-    handler.setFormatter(logging.Formatter(RUN_LOG_FORMAT))
-    logger = logging.getLogger("morlfed")
-    level = logger.level
-    logger.addHandler(handler)
-    if logger.getEffectiveLevel() > logging.INFO:  # the round lines are INFO
-        logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
-        handler.close()
 
 
 def _run_directory(path: Path, plan: Experiment) -> Recorder:
