@@ -137,7 +137,10 @@ def test_incompatible_runs_never_share_a_batch(monkeypatch: pytest.MonkeyPatch, 
         ConfigError, match="cannot train as one batch: run 1 cannot share a batch with run 0: local_steps"
     ):
         run_batch([plans[0], plans[2]], [tmp_path / "x", tmp_path / "y"])
-    with pytest.raises(ConfigError, match="cannot train as one batch: only clients trained as one batched computation"):
+    with pytest.raises(
+        ConfigError,
+        match="cannot train as one batch: run 1 cannot share a batch: its clients do not train as one batched",
+    ):
         run_batch([plans[0], plans[3]], [tmp_path / "v", tmp_path / "w"])
     factory = batching.batch_factory(plans[0])
     assert factory is not None

@@ -81,14 +81,6 @@ class BatchFactory(Protocol):
         """
 
 
-def batchable(factory: ClientFactory) -> bool:
-    """Whether ``factory`` builds clients that may share a host with other runs' (:class:`BatchFactory`).
-
-    :param factory: a run's client factory
-    """
-    return isinstance(factory, BatchFactory)
-
-
 class RunView(Executor):
     """One run's executor onto a host shared with other runs: the run's client ids, its own initial model.
 
@@ -163,7 +155,7 @@ class RunView(Executor):
 
 
 def shared_host(
-    factories: Sequence[ClientFactory], sizes: Sequence[int], timeout: float | None
+    factories: Sequence[object], sizes: Sequence[int], timeout: float | None
 ) -> tuple[ClientHost, list[list[int]]]:
     """The one host of several runs' clients and each run's member ids.
 
@@ -172,29 +164,30 @@ def shared_host(
     :param timeout: ``client_timeout`` in seconds per client
     :raises ValueError: a factory that cannot batch, or runs that differ in what the batch must share
     """
-    runs = list(factories)
-    if not all(isinstance(f, BatchFactory) for f in runs):
-        raise ValueError(
-            "only clients trained as one batched computation can share a host between runs (this run's cannot)"
-        )
-    first: BatchFactory = runs[0]  # type: ignore[assignment]
-    key = first.batch_key()
+    runs = [f for f in factories if isinstance(f, BatchFactory)]
+    if len(runs) < len(factories):
+        index = next(i for i, f in enumerate(factories) if not isinstance(f, BatchFactory))
+        raise ValueError(f"run {index} cannot share a batch: its clients do not train as one batched computation")
+    key = runs[0].batch_key()
     for index, factory in enumerate(runs[1:], start=1):
-        other = factory.batch_key()  # type: ignore[union-attr]
+        other = factory.batch_key()
         if other != key:
             raise ValueError(f"run {index} cannot share a batch with run 0: {describe_difference(key, other)}")
     members = Members(tuple(int(n) for n in sizes))
-    host = first.batch_host(runs, members, timeout)
+    host = runs[0].batch_host(runs, members, timeout)
     return host, [members.of(r) for r in range(len(runs))]
 
 
 def describe_difference(key: tuple[Any, ...], other: tuple[Any, ...]) -> str:
-    """What differs between two batch keys, each a tuple of ``(name, value)`` pairs.
+    """What differs between two batch keys, each a tuple of ``(name, value)`` pairs (long values by name only).
 
     :param key: one run's :meth:`BatchFactory.batch_key`
     :param other: another's
     """
-    return "; ".join(f"{name} {a!r} != {b!r}" for (name, a), (_, b) in zip(key, other, strict=True) if a != b)
+    differ = [(name, a, b) for (name, a), (_, b) in zip(key, other, strict=True) if a != b]
+    return "; ".join(
+        f"{name} {a!r} != {b!r}" if len(repr(a) + repr(b)) <= 80 else f"{name} differs" for name, a, b in differ
+    )
 
 
 def fit_together(
