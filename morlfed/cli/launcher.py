@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from morlfed.cli.execute import Job, prepare
 from morlfed.cli.startstop import record_stop
+from morlfed.core.commands import python
 from morlfed.core.interrupt import RunStopped, StopNow, StopSignals, leave
 from morlfed.core.settings import ConfigError
 from morlfed.experiment import carry_out, run_log
@@ -60,7 +61,8 @@ def launch(
     """Compose every job, then run them batch by batch; each job's return (see the module docstring).
 
     A signal stops the sweep: each run of the batch in progress is marked stopped and keeps its
-    latest checkpoint, and the process exits with the signal's status.
+    latest checkpoint, the command that continues the campaign is printed, and the process exits
+    with the signal's status.
 
     :param config: the sweep's configuration
     :param hydra_context: hydra's context (config loader, callbacks)
@@ -78,12 +80,23 @@ def launch(
         try:
             _run(returns, stop, locks, max_runs, resume)
         except (RunStopped, StopNow) as exc:
+            folder = Path(str(config.hydra.sweep.dir)).absolute()
+            print(
+                f"morlfed: continue the campaign with: {python('-m', 'morlfed.run', f'resume={folder}')}",
+                file=sys.stderr,
+            )
             leave(exc.signal)
     return returns
 
 
 def _compose(config: DictConfig, hydra_context: HydraContext, overrides: list[str], idx: int) -> JobReturn:
-    """One job's config and directory, through hydra's own ``run_job`` (its ``.hydra/`` files)."""
+    """One job's config and directory, through hydra's own ``run_job`` (its ``.hydra/`` files).
+
+    :param config: the sweep's configuration
+    :param hydra_context: hydra's context
+    :param overrides: the job's overrides
+    :param idx: the job's number
+    """
     sweep_config = hydra_context.config_loader.load_sweep_config(config, overrides)
     with open_dict(sweep_config):
         sweep_config.hydra.job.id = idx
@@ -101,7 +114,14 @@ def _compose(config: DictConfig, hydra_context: HydraContext, overrides: list[st
 def _run(
     returns: list[JobReturn], stop: StopSignals, locks: contextlib.ExitStack, max_runs: int | None, resume: bool
 ) -> None:
-    """Prepare every job (its lock held until the end), then run the batches."""
+    """Prepare every job (its lock held until the end), then run the batches.
+
+    :param returns: each job's return, its config and directory in it; each gets its outcome
+    :param stop: the sweep's signal handling
+    :param locks: holds every job's run directory lock until the sweep ends
+    :param max_runs: the most runs per batch (``None``: the memory rule)
+    :param resume: continue a stopped campaign: skip finished jobs, resume started ones
+    """
     prepared: list[tuple[int, BatchRun]] = []
     for index, ret in enumerate(returns):
         cfg, job = ret.return_value
@@ -134,7 +154,12 @@ def _run(
 
 
 def _alone(ret: JobReturn, run: BatchRun, stop: StopSignals) -> None:
-    """A job that shares no batch: the single run's :func:`~morlfed.experiment.carry_out`."""
+    """A job that shares no batch: the single run's :func:`~morlfed.experiment.carry_out`.
+
+    :param ret: the job's return, which gets its outcome
+    :param run: the job's run
+    :param stop: the sweep's signal handling
+    """
     try:
         with run_log(run.out):
             _finished(ret, carry_out(run.plan, run.out, run.start, stop))
@@ -146,22 +171,37 @@ def _alone(ret: JobReturn, run: BatchRun, stop: StopSignals) -> None:
 
 
 def _mark_stopped(run: BatchRun, sig: signal.Signals) -> None:
-    """A signal stopped the batch: mark ``run`` stopped (:func:`~morlfed.cli.startstop.record_stop`)."""
+    """A signal stopped the batch: mark ``run`` stopped (:func:`~morlfed.cli.startstop.record_stop`).
+
+    :param run: a run of the batch
+    :param sig: the signal
+    """
     record_stop(run.out, run.plan.fed.rounds, sig)
 
 
 def _finished(ret: JobReturn, value: Any) -> None:
-    """Hydra's return of a job that completed (its metrics) or was skipped."""
+    """Hydra's return of a job that completed (its metrics) or was skipped.
+
+    :param ret: the job's return
+    :param value: its metrics
+    """
     ret.return_value, ret.status = value, JobStatus.COMPLETED
 
 
 def _failed(ret: JobReturn, exc: Exception) -> None:
-    """Hydra's return of a job that failed; the sweep re-raises it once every job has run."""
+    """Hydra's return of a job that failed; the sweep re-raises it once every job has run.
+
+    :param ret: the job's return
+    :param exc: what failed it
+    """
     ret.return_value, ret.status = exc, JobStatus.FAILED
 
 
 def _console_logging(config: DictConfig) -> None:
-    """The jobs' console logging (``hydra.job_logging`` without its file: each run writes its own ``run.log``)."""
+    """The jobs' console logging (``hydra.job_logging`` without its file: each run writes its own ``run.log``).
+
+    :param config: the sweep's configuration
+    """
     job_logging: dict[str, Any] = OmegaConf.to_container(config.hydra.job_logging, resolve=False)  # type: ignore[assignment]
     job_logging.get("handlers", {}).pop("file", None)
     root = job_logging.get("root", {})

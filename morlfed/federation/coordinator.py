@@ -35,7 +35,7 @@ class Coordinator:
     :param federations: the runs' federations, each on a :class:`RunView` of the same host
     :param stop: the signal handling for the whole batch (the callers' own, entered by them)
     :param scope: the context each run's phases run in, by the run's index (its log lines go to its
-        own ``run.log``: :func:`morlfed.core.console.run_scope`); by default none
+        own ``run.log``: :func:`morlfed.core.logscope.run_scope`); by default none
     :raises ValueError: a federation whose executor is not a view of the shared host
     """
 
@@ -46,9 +46,9 @@ class Coordinator:
         scope: Callable[[int], AbstractContextManager[None]] | None = None,
     ) -> None:
         self.federations = list(federations)
-        views = [f.executor for f in self.federations]
-        hosts = {id(v.host) for v in views if isinstance(v, RunView)}
-        if not all(isinstance(v, RunView) for v in views) or len(hosts) > 1:
+        #: each run's view onto the shared host
+        self.views = [f.executor for f in self.federations if isinstance(f.executor, RunView)]
+        if len(self.views) < len(self.federations) or len({id(v.host) for v in self.views}) > 1:
             raise ValueError("a coordinator runs federations whose executors are views of one shared host")
         self.stop = stop
         self.scope = scope or (lambda _run: contextlib.nullcontext())
@@ -81,22 +81,27 @@ class Coordinator:
         return [self.results[i] for i in range(len(self.federations))]
 
     def _round(self, active: list[int]) -> None:
-        """One round of every active run (each at its own round number): begin, one shared fit, end."""
+        """One round of every active run (each at its own round number): begin, one shared fit, end.
+
+        :param active: the indices of the runs with rounds left and no failure
+        """
         tasks: dict[int, dict[int, FitTask]] = {}
         for index in active:
             with self._phase(index):
                 tasks[index] = self.federations[index].begin(self._next[index])
-        views = {i: self.federations[i].executor for i in tasks}
         with self.stop.interruptible():
-            outcomes = fit_together([(view, tasks[i]) for i, view in views.items() if isinstance(view, RunView)])
-        for index, outcome in zip(views, outcomes, strict=True):
+            outcomes = fit_together([(self.views[i], tasks[i]) for i in tasks])
+        for index, outcome in zip(list(tasks), outcomes, strict=True):
             with self._phase(index):
                 self.federations[index].end(self._next[index], outcome)
             self._next[index] += 1
 
     @contextlib.contextmanager
     def _phase(self, index: int) -> Iterator[None]:
-        """One phase of run ``index``, in its scope; an exception becomes that run's result and ends it alone."""
+        """One phase of run ``index``, in its scope; an exception becomes that run's result and ends it alone.
+
+        :param index: the run's index
+        """
         with self.scope(index):
             try:
                 yield
