@@ -4,14 +4,17 @@ Known answers: a run trained in a batch with other runs (other seeds, strategies
 distributions, client counts, a "+FT" run) writes exactly the final.csv and metrics.json it writes
 alone, on the CPU; a run whose strategy raises fails alone and a run whose client diverges (NaN)
 leaves the others bit-identical; incompatible runs never share a batch; the command
-line's batched sweep writes every run directory, and a stopped campaign continues with
+line's batched sweep writes every run directory; a signal stops the whole batch, each run keeping its
+checkpoint, and a stopped campaign continues with
 ``resume=SWEEP_DIR`` to the uninterrupted numbers.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 import torch
 
 from morlfed.baselines.fedavg import FedAvg
+from morlfed.core.interrupt import RunStopped
 from morlfed.core.protocol import FitTask
 from morlfed.core.settings import ConfigError
 from morlfed.experiment import Experiment, Settings, build_experiment, run
@@ -85,6 +89,20 @@ class Diverges(FedAvg):
         return tasks
 
 
+class Signals(FedAvg):
+    """FedAvg that sends its own process SIGTERM while it aggregates round 1 (a stop between rounds)."""
+
+    def aggregate(self, rnd: int, results: Any) -> None:
+        """FedAvg's aggregation; in round 1, SIGTERM to this process too.
+
+        :param rnd: the round
+        :param results: the usable results
+        """
+        super().aggregate(rnd, results)
+        if rnd == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
 @pytest.fixture(scope="module")
 def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The runs of the batches below, each run alone."""
@@ -115,6 +133,14 @@ def test_a_failing_run_fails_alone(alone: Path, tmp_path: Path) -> None:
     assert_same_run(tmp_path / "ok", alone / "fedpref-0")
     assert isinstance(results[2], dict)  # a diverging client is left out of its rounds, as in a run alone
     assert "non-finite parameters" in (tmp_path / "nan" / "rounds.csv").read_text()
+
+
+def test_a_signal_stops_the_whole_batch_each_run_keeping_its_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(RunStopped):
+        run_batch([experiment(0, FedPref()), experiment(1, Signals(), 2)], [tmp_path / "a", tmp_path / "b"])
+    for name in ("a", "b"):
+        assert (tmp_path / name / "checkpoints" / "round_1").is_dir()
+        assert not (tmp_path / name / "metrics.json").exists()
 
 
 def test_incompatible_runs_never_share_a_batch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ from morlfed.experiment.runner import (
     run_log,
     scope_name,
 )
-from morlfed.federation import Federation
+from morlfed.federation import Federation, FederationOutcome
 from morlfed.federation.coordinator import Coordinator
 from morlfed.runtime.executors.shared import BatchFactory, RunView, shared_host
 from morlfed.storage.runlock import LOCK, run_dir_lock
@@ -181,11 +181,13 @@ def carry_out_batch(
         try:
             outcomes = coordinator.run()
         except (RunStopped, StopNow) as exc:
-            for index, run in enumerate(runs):
+            for k, index in enumerate(going):  # a run that failed or finished before the signal is left as it is
+                run, result = runs[index], coordinator.results.get(k)
                 with run_scope(scope_name(run.out)):
-                    if index in trackers:
-                        trackers[index].close(failed=True)
-                    if on_stop is not None:
+                    trackers[index].close(failed=not isinstance(result, FederationOutcome))
+                    if isinstance(result, FederationOutcome):
+                        close_run(run.plan, run.out, result, federations[index].recorder.metrics)
+                    elif result is None and on_stop is not None:
                         on_stop(run, exc.signal)
             raise
         for index, outcome in zip(going, outcomes, strict=True):
