@@ -3,10 +3,9 @@
 Known answers: a run trained in a batch with other runs (other seeds, strategies, preference
 distributions, client counts, a "+FT" run) writes exactly the final.csv and metrics.json it writes
 alone, on the CPU; a run whose strategy raises fails alone and a run whose client diverges (NaN)
-leaves the others bit-identical; incompatible runs never share a batch; the command
-line's batched sweep writes every run directory; a signal stops the whole batch, each run keeping its
-checkpoint, and a stopped campaign continues with
-``resume=SWEEP_DIR`` to the uninterrupted numbers.
+leaves the others bit-identical; a signal stops the whole batch, each run keeping its checkpoint;
+incompatible runs never share a batch; the command line's batched sweep writes every run
+directory, and a stopped campaign continues with ``resume=SWEEP_DIR`` to the uninterrupted numbers.
 """
 
 from __future__ import annotations
