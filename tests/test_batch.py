@@ -1,7 +1,7 @@
 """Many runs as one batch (morlfed/experiment/batch.py, morlfed/cli/launcher.py): each run's own numbers.
 
 Known answers: a run trained in a batch with other runs (other seeds, strategies, preference
-distributions, client counts, a "+FT" run) writes exactly the final.csv and metrics.json it writes
+distributions, client counts and rounds, a "+FT" run) writes exactly the final.csv and metrics.json it writes
 alone, on the CPU; a run whose strategy raises fails alone and a run whose client diverges (NaN)
 leaves the others bit-identical; a signal stops the whole batch, each run keeping its checkpoint;
 incompatible runs never share a batch; the command line's batched sweep writes every run
@@ -38,12 +38,14 @@ from morlfed.tasks.rl.task import RLTask
 HOW_IT_RAN = {"wall_time_s", "executor", "workers", "batch_runs"}
 
 
-def experiment(seed: int, strategy: Any, n_clients: int = 3, dist: str = "equidistant", **settings: Any) -> Experiment:
-    """A tiny deep-sea-treasure run on the vectorised engine (200 random steps, then training in round 2)."""
+def experiment(
+    seed: int, strategy: Any, n_clients: int = 3, dist: str = "equidistant", rounds: int = 2, **settings: Any
+) -> Experiment:
+    """A tiny deep-sea-treasure run on the vectorised engine (200 random steps, then training from round 2)."""
     task = RLTask.create(
         "deep-sea-treasure", n_clients, seed, dist, engine="vectorised", device="cpu", precision="fp32"
     )
-    fed = Settings(n_clients=n_clients, rounds=2, local_steps=200, seed=seed, progress=False, **settings)
+    fed = Settings(n_clients=n_clients, rounds=rounds, local_steps=200, seed=seed, progress=False, **settings)
     return build_experiment(task, strategy, fed, executor="sequential")
 
 
@@ -107,12 +109,12 @@ def alone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The runs of the batches below, each run alone."""
     root = tmp_path_factory.mktemp("alone")
     run(experiment(0, FedPref()), root / "fedpref-0")
-    run(experiment(1, FedAvg(), 2, "dirichlet", finetune=True), root / "fedavg-ft-1")
+    run(experiment(1, FedAvg(), 2, "dirichlet", 3, finetune=True), root / "fedavg-ft-1")
     return root
 
 
 def test_each_run_of_a_batch_gets_the_numbers_it_gets_alone(alone: Path, tmp_path: Path) -> None:
-    runs = [experiment(0, FedPref()), experiment(1, FedAvg(), 2, "dirichlet", finetune=True)]
+    runs = [experiment(0, FedPref()), experiment(1, FedAvg(), 2, "dirichlet", 3, finetune=True)]
     results = run_batch(runs, [tmp_path / "a", tmp_path / "b"])
     assert all(isinstance(r, dict) for r in results)
     assert_same_run(tmp_path / "a", alone / "fedpref-0")

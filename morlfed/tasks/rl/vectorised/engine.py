@@ -51,7 +51,7 @@ from morlfed.tasks.rl.vectorised.template import template_agent
 
 
 def stacked_algorithm(
-    spec: EnvSpec, n: int, seed: int, total_steps: int, device: str, precision: str = "fp32"
+    spec: EnvSpec, n: int, seed: int, total_steps: int | np.ndarray, device: str, precision: str = "fp32"
 ) -> tuple[OffPolicyAlgorithm, StackedLearner, Exploration]:
     """The SB3 client's agent for ``spec``, ``n`` stacked copies of its networks and its exploration.
 
@@ -61,7 +61,7 @@ def stacked_algorithm(
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
     :param n: number of clients
     :param seed: the run's root seed (the shared init seed derives from it)
-    :param total_steps: each client's whole budget (DQN's epsilon schedule)
+    :param total_steps: each client's whole budget (DQN's epsilon schedule): one for all, or ``[n]``
     :param device: torch device of the stacked networks
     :param precision: ``fp32``, or ``bf16`` for bfloat16 matrix products (DQN only)
     """
@@ -133,6 +133,8 @@ class VectorisedClients(RLFitReport, Client):
         (:mod:`morlfed.tasks.rl.vectorised.batch`): client ``cid`` here is client ``streams[cid][1]``
         of the run whose root seed is ``streams[cid][0]``; its every seed and its initial network are
         that run's, its preference is still row ``cid``. By default every client is ``(seed, cid)``
+    :param budgets: for such a batch, each client's whole budget in env steps (its run's ``rounds x
+        local_steps``, the epsilon schedule's length); by default ``rounds x local_steps`` for all
     """
 
     def __init__(
@@ -147,13 +149,16 @@ class VectorisedClients(RLFitReport, Client):
         device: str = "cpu",
         precision: str = "fp32",
         streams: Mapping[int, tuple[int, int]] | None = None,
+        budgets: Mapping[int, int] | None = None,
     ) -> None:
         if not cids or len(set(cids)) != len(cids):
             raise ValueError(f"cids must be distinct client ids, at least one, got {cids}")
         super().__init__(cids, seed, local_steps)
         check_agent_kwargs(spec)
         self.spec = spec
-        total_steps = self.local_steps * rounds
+        total_steps: int | np.ndarray = self.local_steps * rounds
+        if budgets is not None:
+            total_steps = np.array([budgets[cid] for cid in self.cids], dtype=np.int64)
         self.torch_threads, self.device = torch_threads, torch.device(device)
         torch.set_num_threads(torch_threads)
         self.index = {cid: i for i, cid in enumerate(self.cids)}
@@ -265,7 +270,7 @@ class VectorisedClients(RLFitReport, Client):
         exploration = self.lockstep.exploration
         if isinstance(exploration, EpsilonGreedy):
             c = self.counters
-            learner["exploration_rate"] = float(exploration.epsilon(c.num_timesteps[i : i + 1], c.offset[i : i + 1])[0])
+            learner["exploration_rate"] = float(exploration.epsilon(c.num_timesteps, c.offset)[i])
         return TrainOutput(self.learner.read(i), {"rewards": returns, "steps": steps}, learner)
 
     # ------------------------------------------------------------------------------------------

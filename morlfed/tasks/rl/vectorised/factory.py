@@ -73,17 +73,16 @@ class VectorisedClientFactory(RLFactory):
         return VectorisedHost(self.engine(list(cids)), timeout)
 
     def batch_key(self) -> tuple[tuple[str, Any], ...]:
-        """What runs must share to train as one batch: the env spec, the budget, device, precision and threads.
+        """What runs must share to train as one batch: the env spec, ``local_steps``, device, precision and threads.
 
-        The stacked networks and replay need one spec; each client's whole budget (``rounds x
-        local_steps``, DQN's epsilon schedule) is read from one ``rounds`` and ``local_steps``.
+        The stacked networks and replay need one spec and the lockstep loop one local budget; the
+        runs' ``rounds`` may differ (each client keeps its own budget-wide epsilon schedule).
         """
         spec = json.dumps(self.spec.to_dict(), sort_keys=True, default=str)
         return (
             ("env", self.spec.name),
             ("env spec", spec),
             ("local_steps", self.local_steps),
-            ("rounds", self.rounds),
             ("device", self.device),
             ("precision", self.precision),
             ("torch_threads", self.torch_threads),
@@ -106,8 +105,8 @@ class VectorisedClientFactory(RLFactory):
     def batch_host(self, runs: Sequence[Any], members: Members, timeout: float | None) -> VectorisedHost:
         """One engine owning every client of ``runs``: member ``offset_r + c`` is run ``r``'s client ``c``.
 
-        Each member keeps its run's root seed, client id and preference (``streams``), so it trains
-        as in its own run.
+        Each member keeps its run's root seed, client id, preference (``streams``) and whole budget
+        (``budgets``), so it trains as in its own run.
 
         :param runs: the runs' factories (equal :meth:`batch_key`)
         :param members: where each run's clients sit among the members
@@ -117,6 +116,7 @@ class VectorisedClientFactory(RLFactory):
             member: (int(run.seed), cid) for r, run in enumerate(runs) for cid, member in enumerate(members.of(r))
         }
         preferences = np.concatenate([np.asarray(run.preferences)[: members.sizes[r]] for r, run in enumerate(runs)])
+        budgets = {member: run.local_steps * run.rounds for r, run in enumerate(runs) for member in members.of(r)}
         engine = VectorisedClients(
             list(range(members.total)),
             self.spec,
@@ -128,5 +128,6 @@ class VectorisedClientFactory(RLFactory):
             self.device,
             self.precision,
             streams=streams,
+            budgets=budgets,
         )
         return VectorisedHost(engine, timeout)
