@@ -15,7 +15,9 @@ from per-(client, training) generators instead of SB3's global RNGs, so a client
 not bit-identical to the SB3 client's, but follows the same distribution; a model trained here
 loads into the SB3 client and evaluates identically. Nothing in a client's training depends on the
 other clients of its batch (bit for bit, on the CPU), so the results do not depend on how an
-executor spreads the clients over workers.
+executor spreads the clients over workers, nor on which other runs' clients share the batch (a
+batch of several runs: each client keeps its run's seeds, initial network and budget, ``streams``
+and ``budgets``).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class VectorisedClients(RLFitReport, Client):
     :param precision: the gradient step's arithmetic: ``fp32`` or ``bf16`` (DQN's matrix products
         in bfloat16; :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`)
     :param streams: for a batch whose clients belong to several runs
-        (:mod:`morlfed.tasks.rl.vectorised.batch`): client ``cid`` here is client ``streams[cid][1]``
+        (:meth:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory.batch_host`): client ``cid`` here is client ``streams[cid][1]``
         of the run whose root seed is ``streams[cid][0]``; its every seed and its initial network are
         that run's, its preference is still row ``cid``. By default every client is ``(seed, cid)``
     :param budgets: for such a batch, each client's whole budget in env steps (its run's ``rounds x
