@@ -173,6 +173,7 @@ def test_the_api_docs_examples_run(tmp_path: Path) -> None:
     assert "\n6.0\n" in out  # the hand-computed hypervolume
     assert (tmp_path / "front.png").is_file() and (tmp_path / "learning.png").is_file()
     assert (tmp_path / "my-runs" / "top-r-0.5" / "metrics.json").is_file()
+    assert "[0, 1] batched" in out  # two runs as one batch
 
 
 def test_load_refuses_run_files_that_are_malformed_or_disagree(tmp_path: Path) -> None:

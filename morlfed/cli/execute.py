@@ -195,29 +195,43 @@ def execute(cfg: DictConfig, job: Job | None = None, strategy: Strategy | None =
     job = Job.of(HydraConfig.get()) if job is None else job
     out = job.out
     with StopSignals() as stop, run_dir_lock(out):  # one writer per run directory
-        try:
-            with stop.interruptible():  # a signal stops the start-up at once: nothing is written yet
-                check_creatable(out)
-                if not cfg.resume:  # a sweep's job folder that holds an earlier run (a hydra.run.dir is checked first)
-                    check_new_run_dir(out, job.dir_key, ignore={".hydra", "run.log"})
-                    if job.dir_key == "hydra.sweep.dir":
-                        record_sweep_job(out)
-                plan = build_plan(cfg, job.choices, strategy, " ".join(job.overrides))
-                checkpoint, source = _start_point(cfg, out)
-        except ConfigError:
-            remove_new_run_dir(out)
-            raise
-        except (RunStopped, StopNow) as exc:
-            remove_new_run_dir(out)
-            print(f"morlfed: stopped by {exc.signal.name} while starting; no round ran", file=sys.stderr)
-            raise
+        plan, start = prepare(cfg, job, stop, strategy)
         try:
             stop.check()
-            start = Start(checkpoint, source, resumed=bool(cfg.resume), keep_before_last=cfg.branch_siblings)
             return carry_out(plan, out, start, stop)
         except (RunStopped, StopNow) as exc:
             record_stop(out, plan.fed.rounds, exc.signal)
             raise
+
+
+def prepare(cfg: DictConfig, job: Job, stop: StopSignals, strategy: Strategy | None = None) -> tuple[Experiment, Start]:
+    """Check the job's directory, build its plan and find where it starts; nothing trained yet.
+
+    :param cfg: the composed configuration
+    :param job: its directory (its lock held by the caller), options and overrides
+    :param stop: the run's signal handling, entered by the caller
+    :param strategy: a strategy object that takes the place of ``cfg.algo``
+    :raises ConfigError: bad input; the run directory made for the run is removed again
+    :raises RunStopped: a signal stopped the start-up (the directory is removed again)
+    """
+    out = job.out
+    try:
+        with stop.interruptible():  # a signal stops the start-up at once: nothing is written yet
+            check_creatable(out)
+            if not cfg.resume:  # a sweep's job folder that holds an earlier run (a hydra.run.dir is checked first)
+                check_new_run_dir(out, job.dir_key, ignore={".hydra", "run.log"})
+                if job.dir_key == "hydra.sweep.dir":
+                    record_sweep_job(out)
+            plan = build_plan(cfg, job.choices, strategy, " ".join(job.overrides))
+            checkpoint, source = _start_point(cfg, out)
+    except ConfigError:
+        remove_new_run_dir(out)
+        raise
+    except (RunStopped, StopNow) as exc:
+        remove_new_run_dir(out)
+        print(f"morlfed: stopped by {exc.signal.name} while starting; no round ran", file=sys.stderr)
+        raise
+    return plan, Start(checkpoint, source, resumed=bool(cfg.resume), keep_before_last=cfg.branch_siblings)
 
 
 # conf/config.yaml's help template calls it as ${morlfed_groups:}

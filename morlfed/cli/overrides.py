@@ -419,7 +419,7 @@ def precheck_argv(argv: list[str]) -> None:
     runs = not any(a.split("=")[0] in SHOW_FLAGS for a in argv)
     if runs and not multirun and not resuming and "hydra.run.dir" in dirs:
         check_new_run_dir(Path(dirs["hydra.run.dir"]), "hydra.run.dir")
-    if runs and multirun:
+    if runs and multirun and "hydra.launcher.resume=true" not in argv:  # a campaign goes on in its folder
         folder = sweep_dir(overrides)
         if folder is not None:
             check_new_sweep_dir(folder)

@@ -112,6 +112,9 @@ def resume_argv(argv: list[str]) -> list[str]:
     """
     if any(_override_key(a) == "resume" for a in argv) and any(_override_key(a) == "branch_from" for a in argv):
         raise ValueError(RESUME_OR_BRANCH)
+    campaign = campaign_argv(argv)
+    if campaign is not None:
+        return campaign
     resumed = _saved_command_line(argv, "resume", RESUME_MAY_CHANGE)
     if resumed is not None:
         path, overrides = resumed
@@ -126,6 +129,51 @@ def resume_argv(argv: list[str]) -> list[str]:
         path, overrides = branched
         return [*overrides, f"branch_from={_quote(str(path))}"]
     return argv
+
+
+#: The hydra overrides a campaign's resume sets itself (:func:`campaign_argv`).
+_CAMPAIGN_SETS = ("hydra.mode", "hydra/launcher", "hydra.launcher.resume", "hydra.sweep.dir")
+
+
+def campaign_argv(argv: list[str]) -> list[str] | None:
+    """For ``resume=SWEEP_DIR`` (a sweep's folder, its ``multirun.yaml``): the command line that continues the campaign.
+
+    That is the sweep's saved overrides (``multirun.yaml``'s) run again in the same folder by the
+    batched launcher with ``hydra.launcher.resume=true`` (:mod:`morlfed.cli.launcher`): a finished
+    job is skipped, a started one resumes from its latest checkpoint, the rest start. Besides
+    ``resume=``, the command line may set only :data:`RESUME_MAY_CHANGE` and ``hydra.launcher.*``.
+    ``None`` for any other command line (a run directory's ``resume=`` included).
+
+    :param argv: the command line's hydra overrides
+    :raises ValueError: another setting is overridden, or ``multirun.yaml`` is unreadable
+    """
+    given = [a for a in argv if _override_key(a) == "resume"]
+    if not given:
+        return None
+    path = Path(given[-1].split("=", 1)[1].strip("'\"")).absolute()
+    saved_file = path / "multirun.yaml"
+    if not saved_file.is_file() or (path / ".hydra" / "overrides.yaml").is_file():
+        return None
+    extra = [a for a in argv if _override_key(a) != "resume" and a not in ("-m", "--multirun")]
+    bad = [
+        a
+        for a in extra
+        if _override_key(a).split(".")[0] not in RESUME_MAY_CHANGE and not a.startswith("hydra.launcher.")
+    ]
+    if bad:
+        raise ValueError(
+            f"resume={path} continues a campaign with its saved sweep; only {', '.join(RESUME_MAY_CHANGE)} "
+            f"and hydra.launcher.* may be changed, got {' '.join(bad)}"
+        )
+    saved = _load_yaml(saved_file, "resume")
+    try:
+        task, hydra = saved["hydra"]["overrides"]["task"], saved["hydra"]["overrides"]["hydra"]
+    except (TypeError, KeyError):
+        raise ValueError(f"{saved_file}: no hydra.overrides (the file is damaged or not hydra's)") from None
+    replaced = {_override_key(a) for a in extra}
+    kept = [o for o in [*task, *hydra] if _override_key(o) not in (*_CAMPAIGN_SETS, *replaced)]
+    folder = f"hydra.sweep.dir={_quote(str(path))}"
+    return ["-m", *kept, *extra, "hydra/launcher=batched", "hydra.launcher.resume=true", folder]
 
 
 def branch_point(source: Path, config_yaml: str) -> Path:

@@ -155,3 +155,26 @@ def resolve(
     elif executor == "process":
         workers = min(workers or cores, n_clients)
     return Parallelism(executor, workers, 1 if threads is None else threads, cores)
+
+
+def free_memory(device: str, meminfo: Path = Path("/proc/meminfo")) -> int:
+    """The memory free for new work on ``device``, in bytes.
+
+    On ``cuda`` the device's free memory (``torch.cuda.mem_get_info``); on the CPU ``MemAvailable``
+    of ``meminfo`` (the kernel's estimate of what can be allocated without swapping), else the free
+    physical pages.
+
+    :param device: ``cpu`` or ``cuda``
+    :param meminfo: the kernel's memory report
+    """
+    if device == "cuda":
+        import torch  # here only: the command line's checks import this module (core.settings) before torch
+
+        return int(torch.cuda.mem_get_info()[0])
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))

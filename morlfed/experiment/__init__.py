@@ -13,12 +13,15 @@ and :func:`run` runs it into a run directory the analysis reads like any other::
     experiment = build_experiment(task, FedPref(top_r=0.5), Settings(n_clients=2, rounds=1, local_steps=200))
     metrics = run(experiment, "runs/my-run")
 
+Several experiments train as one batch with :func:`run_batch` (:mod:`morlfed.experiment.batch`).
+
 The command line (:mod:`morlfed.run`) is a front-end of this core: it composes its configuration
 with hydra, builds the same objects and runs them here.
 """
 
 from __future__ import annotations
 
+from morlfed.experiment.batch import run_batch
 from morlfed.experiment.experiment import Experiment, build_experiment
 from morlfed.experiment.runner import Start, carry_out, run, run_log, start_tracker
 from morlfed.experiment.settings import Settings
@@ -31,6 +34,7 @@ __all__ = [
     "build_experiment",
     "carry_out",
     "run",
+    "run_batch",
     "run_log",
     "start_tracker",
     "strategy_name",

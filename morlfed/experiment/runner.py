@@ -22,11 +22,12 @@ import numpy as np
 import yaml
 
 from morlfed.core.interrupt import StopSignals
+from morlfed.core.logscope import RunFilter
 from morlfed.core.provenance import describe_code
 from morlfed.core.settings import ConfigError
 from morlfed.experiment.experiment import Experiment
 from morlfed.experiment.launch import launch_summary, remove_new_run_dir
-from morlfed.federation import Federation, Recorder
+from morlfed.federation import Federation, FederationOutcome, Recorder
 from morlfed.federation.checkpoint import Checkpointer, checkpoint_round
 from morlfed.runtime.faults import FaultyClientFactory
 from morlfed.storage.rundir import RunDirectory
@@ -78,12 +79,14 @@ def run(experiment: Experiment, run_dir: str | Path) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def run_log(out: Path) -> Iterator[None]:
+def run_log(out: Path, scoped: bool = False) -> Iterator[None]:
     """``out/run.log`` at INFO while the body runs, unless the process's logging already writes it (the command line's does).
 
     The process's logging is as it was afterwards.
 
     :param out: the run directory
+    :param scoped: the file takes only the lines logged in the run's :func:`~morlfed.core.logscope.run_scope`
+        (named by :func:`scope_name`): several runs share the process (a batch)
     """
     root = logging.getLogger()
     target = (out / "run.log").absolute()
@@ -93,6 +96,8 @@ def run_log(out: Path) -> Iterator[None]:
     level = root.level
     handler = logging.FileHandler(target)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    if scoped:
+        handler.addFilter(RunFilter(scope_name(out)))
     root.addHandler(handler)
     root.setLevel(min(root.level or logging.INFO, logging.INFO))
     try:
@@ -101,6 +106,14 @@ def run_log(out: Path) -> Iterator[None]:
         root.removeHandler(handler)
         handler.close()
         root.setLevel(level)
+
+
+def scope_name(out: Path) -> str:
+    """The name of run ``out``'s :func:`~morlfed.core.logscope.run_scope`: its absolute directory.
+
+    :param out: the run directory
+    """
+    return str(Path(out).absolute())
 
 
 def start_tracker(plan: Experiment, out: Path) -> Tracker:
@@ -165,10 +178,39 @@ def carry_out(plan: Experiment, out: Path, start: Start, stop: StopSignals) -> d
     :param start: where it starts
     :param stop: the run's signal handling
     """
+    tracker = open_run(plan, out, start)
+    completed = False
+    try:
+        factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
+        with stop.interruptible():
+            plan.executor.start(
+                FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients
+            )
+        federation = federation_of(plan, out, start, tracker, stop)
+        outcome = federation.run()
+        metrics = federation.recorder.metrics
+        completed = True
+    except Exception as exc:
+        log_failure(exc)
+        raise
+    finally:
+        plan.executor.close()
+        tracker.close(failed=not completed)  # a failure or a stop (Ctrl-C, SIGTERM) is no finished run
+    close_run(plan, out, outcome, metrics)
+    return metrics
+
+
+def open_run(plan: Experiment, out: Path, start: Start) -> Tracker:
+    """A run's beginning: its tracker, the first lines of ``run.log``, ``config.yaml`` and the task's inputs.
+
+    :param plan: the validated run
+    :param out: the run directory (its lock held)
+    :param start: where it starts
+    :return: the run's started tracker
+    """
     checkpoint, source = start.checkpoint, start.source
     plan.run.branched_from = source
     tracker = start_tracker(plan, out)
-    completed = False
     _log_start(plan, out, start)
     for line in launch_summary(plan, out):
         log.info(line)
@@ -186,30 +228,46 @@ def carry_out(plan: Experiment, out: Path, start: Start, stop: StopSignals) -> d
         for path in sorted(source.glob("similarity_*.npy")):
             if int(path.stem.removeprefix("similarity_")) <= shared:
                 run_dir.write_npy(path.name, np.load(path))
-    try:
-        factory = plan.task.client_factory(plan.fed, plan.parallelism.torch_threads)
-        with stop.interruptible():
-            plan.executor.start(
-                FaultyClientFactory(factory, plan.faults) if plan.faults else factory, plan.fed.n_clients
-            )
-        before_last = (plan.fed.rounds - 1,) if start.keep_before_last else ()  # what a sibling branches from
-        checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
-        recorder = Recorder(run_dir, checkpointer, tracker, results=partial(plan.task.write_results, run=plan.run))
-        federation = Federation(plan.strategy, plan.executor, plan.fed, recorder, stop)
-        if checkpoint is not None:
-            federation.resume(checkpoint, in_place=source is None)
-        clear_stopped(out)  # it goes on (a resume that failed to load keeps its mark)
-        outcome = federation.run()
-        metrics = recorder.metrics
-        completed = True
-    except Exception as exc:
-        log.error("the run failed: %s: %s", type(exc).__name__, exc)
-        log.info("the failure's traceback", exc_info=True)  # run.log only: hydra prints it on the console
-        raise
-    finally:
-        plan.executor.close()
-        tracker.close(failed=not completed)  # a failure or a stop (Ctrl-C, SIGTERM) is no finished run
+    return tracker
+
+
+def federation_of(plan: Experiment, out: Path, start: Start, tracker: Tracker, stop: StopSignals) -> Federation:
+    """The run's federation on its (started) executor, with its recorder, resumed from the start's checkpoint.
+
+    :param plan: the validated run
+    :param out: the run directory
+    :param start: where it starts
+    :param tracker: its tracker (:func:`open_run`)
+    :param stop: the run's signal handling
+    """
+    before_last = (plan.fed.rounds - 1,) if start.keep_before_last else ()  # what a sibling branches from
+    checkpointer = Checkpointer(out, plan.checkpoint_every, also=before_last)
+    results = partial(plan.task.write_results, run=plan.run)
+    recorder = Recorder(RunDirectory(out), checkpointer, tracker, results=results)
+    federation = Federation(plan.strategy, plan.executor, plan.fed, recorder, stop)
+    if start.checkpoint is not None:
+        federation.resume(start.checkpoint, in_place=start.source is None)
+    clear_stopped(out)  # it goes on (a resume that failed to load keeps its mark)
+    return federation
+
+
+def log_failure(exc: BaseException) -> None:
+    """``run.log``'s lines for a run that failed: the error, then its traceback (``run.log`` only).
+
+    :param exc: what failed it
+    """
+    log.error("the run failed: %s: %s", type(exc).__name__, exc)
+    log.info("the failure's traceback", exc_info=exc)  # run.log only: hydra prints it on the console
+
+
+def close_run(plan: Experiment, out: Path, outcome: FederationOutcome, metrics: dict[str, Any]) -> None:
+    """A completed run's last ``run.log`` line and its console summary.
+
+    :param plan: the run
+    :param out: its directory
+    :param outcome: what it produced
+    :param metrics: its ``metrics.json``
+    """
     shown = ", ".join(f"{k}={v:.4g}" for k, v in flat_scalars(metrics).items())
     log.info("finished in %.1f s; metrics.json: %s", outcome.seconds, shown)
     plan.task.print_summary(outcome, metrics, out)
-    return metrics

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 
 from morlfed.core.interrupt import StopSignals
 from morlfed.core.progress import RoundProgress
+from morlfed.core.protocol import Evaluation, FitTask
 from morlfed.federation.checkpoint import load_server_state
 from morlfed.federation.config import FederationConfig, FederationOutcome
 from morlfed.federation.recorder import Recorder
 from morlfed.federation.round import FederatedRound, mean_scalarised, round_budgets
-from morlfed.runtime.executors import Executor
+from morlfed.runtime.executors import Executor, FitOutcome
 from morlfed.strategies.base import Strategy
 
 
@@ -88,19 +90,76 @@ class Federation:
     def run(self) -> FederationOutcome:
         """Run the remaining rounds, then evaluate every client's deployed model.
 
-        Raises :class:`~morlfed.core.interrupt.RunStopped` when a signal stops it.
+        Raises :class:`~morlfed.core.interrupt.RunStopped` when a signal stops it. The phases it goes
+        through (:meth:`begin_run`, then per round :meth:`begin` -> the executor's fit ->
+        :meth:`end`, then :meth:`final_evaluation` and :meth:`conclude`) are public, so that a
+        coordinator (:class:`~morlfed.federation.coordinator.Coordinator`) can run several
+        federations' rounds with one fit.
         """
         cfg, stop = self.cfg, self.stop
-        self._started = time.perf_counter()
+        self.begin_run()
         with stop if self.recorder.checkpointer else contextlib.nullcontext():
             with RoundProgress(round_budgets(cfg), self.start_round, cfg.budget_unit, cfg.progress) as progress:
                 for rnd in range(self.start_round, cfg.rounds + 1):
                     stop.check()
-                    self._round(rnd, progress)
+                    tasks = self.begin(rnd)
+                    with stop.interruptible():
+                        outcomes = self.executor.fit(
+                            tasks, lambda cid: progress.advance(cfg.local_steps), progress.steps
+                        )
+                    self.end(rnd, outcomes, progress)
             stop.check()
-            with stop.interruptible():
+            evaluations, events = self.final_evaluation()
+        return self.conclude(evaluations, events)
+
+    def begin_run(self) -> None:
+        """Start the run's clock: the loop's seconds count from here (plus those before a resume)."""
+        self._started = time.perf_counter()
+
+    def begin(self, rnd: int) -> dict[int, FitTask]:
+        """The first half of round ``rnd``: each participant's task (:meth:`FederatedRound.begin`).
+
+        :param rnd: the round
+        """
+        return self.round.begin(rnd)
+
+    def end(self, rnd: int, outcomes: Mapping[int, FitOutcome], progress: RoundProgress | None = None) -> None:
+        """The rest of round ``rnd``, its fits done: end it, evaluate if due, report it.
+
+        A stop abandons the round's evaluation.
+
+        :param rnd: the round
+        :param outcomes: the participants' outcomes, by client
+        :param progress: the run's progress bar, if it shows one
+        """
+        report = self.round.end(rnd, outcomes)
+        if self.round.eval_due(rnd) and rnd < self.cfg.rounds:  # the last round's is the final evaluation
+            with self.stop.interruptible():
                 evaluations = self.executor.evaluate(self.round.deployed(), self.round.eval_seeds())
-            events = self.executor.take_events()  # a worker restarted during the final evaluation
+            self.recorder.on_evaluation(rnd, evaluations)
+            report.evaluated = mean_scalarised(evaluations)
+        report.events = self.executor.take_events()
+        report.seconds = self.round.since_begin()
+        report.elapsed = self._elapsed()
+        self.recorder.on_round(report)
+        if progress is not None:
+            progress.round_done(rnd, train_reward=f"{report.train_reward:.3g}", failed=str(len(report.failed)))
+
+    def final_evaluation(self) -> tuple[dict[int, Evaluation], list[str]]:
+        """Evaluate every client's deployed model after the last round; a stop abandons it.
+
+        :return: the evaluations and the events seen meanwhile (a worker restarted)
+        """
+        with self.stop.interruptible():
+            evaluations = self.executor.evaluate(self.round.deployed(), self.round.eval_seeds())
+        return evaluations, self.executor.take_events()
+
+    def conclude(self, evaluations: dict[int, Evaluation], events: list[str]) -> FederationOutcome:
+        """The run's outcome, which the recorder writes down (:meth:`Recorder.on_end`).
+
+        :param evaluations: the final evaluation (:meth:`final_evaluation`)
+        :param events: what happened during it
+        """
         elapsed = self._elapsed()
         seconds = time.perf_counter() - self._started if elapsed is None else elapsed
         outcome = self.round.outcome(evaluations, seconds, self._resumed_after, self._seconds_before)
@@ -115,29 +174,6 @@ class Federation:
         if self._seconds_before is None:
             return None
         return self._seconds_before + time.perf_counter() - self._started
-
-    def _round(self, rnd: int, progress: RoundProgress) -> None:
-        """Round ``rnd``: begin, fit, end, evaluate if due, report.
-
-        A stop abandons the round during the fit or its evaluation.
-
-        :param rnd: the round
-        :param progress: the run's progress bar
-        """
-        tasks = self.round.begin(rnd)
-        with self.stop.interruptible():
-            outcomes = self.executor.fit(tasks, lambda cid: progress.advance(self.cfg.local_steps), progress.steps)
-        report = self.round.end(rnd, outcomes)
-        if self.round.eval_due(rnd) and rnd < self.cfg.rounds:  # the last round's is the final evaluation
-            with self.stop.interruptible():
-                evaluations = self.executor.evaluate(self.round.deployed(), self.round.eval_seeds())
-            self.recorder.on_evaluation(rnd, evaluations)
-            report.evaluated = mean_scalarised(evaluations)
-        report.events = self.executor.take_events()
-        report.seconds = self.round.since_begin()
-        report.elapsed = self._elapsed()
-        self.recorder.on_round(report)
-        progress.round_done(rnd, train_reward=f"{report.train_reward:.3g}", failed=str(len(report.failed)))
 
     def deployed_models(self) -> dict[int, torch.Tensor | None]:
         """The model each client deploys now (after :meth:`run`: its final one; ``None``: its private personal model).

@@ -257,6 +257,17 @@ class Client(ABC):
         else:
             self.personal_models[cid] = params
 
+    def stream_key(self, cid: int) -> tuple[int, int]:
+        """The root seed and client id that key client ``cid``'s random streams: ``(seed, cid)``.
+
+        An engine whose clients belong to several runs (:mod:`morlfed.runtime.executors.shared`)
+        answers with the run's root seed and the client's id in that run, so every draw is the one
+        the client makes in a run of its own.
+
+        :param cid: one of this object's client ids
+        """
+        return self.seed, cid
+
     def _begin_fit(self, tasks: Mapping[int, FitTask]) -> None:
         """Called once before the jobs of a :meth:`fit_many` run (e.g. to read a budget clock)."""
 
@@ -324,7 +335,8 @@ class Client(ABC):
             losses = torch.tensor([loss for loss, _ in measured])
             counts = [steps for _, steps in measured]
             loss_steps = None if None in counts else sum(c for c in counts if c is not None)
-        indices = models_to_train(task, losses, generator(self.seed, "tie", cid, task.round))
+        root, key = self.stream_key(cid)
+        indices = models_to_train(task, losses, generator(root, "tie", key, task.round))
         centres = models if task.prox_centre is None else task.prox_centre.detach().float().reshape(-1, self.layout.dim)
         steps = self.local_steps
         if task.split_budget:  # every training gets an equal share of the budget (at least 1)

@@ -234,6 +234,14 @@ class ClientHost:
         client = self.clients[self.cids[0]]
         return client.initial_params(), client.layout
 
+    def initial_of(self, cid: int) -> tuple[torch.Tensor, ParamLayout]:
+        """The initial model and layout of client ``cid``'s run (a host shared by several runs has one per run).
+
+        :param cid: one of this host's client ids
+        """
+        client = self.clients[cid]
+        return client.initial_params(), client.layout
+
     def fit_many(
         self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None
     ) -> Iterator[tuple[int, FitOutcome]]:

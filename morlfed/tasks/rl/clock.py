@@ -33,26 +33,31 @@ class EpsilonDecay:
     :param fraction: fraction of the budget over which epsilon decays
     :param initial: epsilon at the budget's start
     :param final: epsilon after the decay
-    :param total_steps: the client's whole budget (rounds x local steps; at least 1)
+    :param total_steps: the client's whole budget (rounds x local steps; at least 1), or each
+        client's, ``[N]`` (clients of several runs in one batch), read element-wise
     """
 
     fraction: float
     initial: float
     final: float
-    total_steps: int
+    total_steps: int | np.ndarray
 
     @classmethod
-    def of(cls, agent: DQN, total_steps: int) -> EpsilonDecay:
+    def of(cls, agent: DQN, total_steps: int | np.ndarray) -> EpsilonDecay:
         """The decay of an SB3 DQN's ``exploration_*`` settings over a budget of ``total_steps``.
 
         :param agent: the DQN whose settings are read
-        :param total_steps: the client's whole budget (rounds x local steps)
+        :param total_steps: the client's whole budget (rounds x local steps), or each client's (``[N]``)
         """
+        if isinstance(total_steps, np.ndarray):
+            budget: int | np.ndarray = np.maximum(1, total_steps.astype(np.int64))
+        else:
+            budget = max(1, int(total_steps))
         return cls(
             float(agent.exploration_fraction),
             float(agent.exploration_initial_eps),
             float(agent.exploration_final_eps),
-            max(1, int(total_steps)),
+            budget,
         )
 
     def __call__(self, num_timesteps: np.ndarray, offset: np.ndarray) -> np.ndarray:

@@ -32,10 +32,12 @@ class RLFitReport:
     spec: EnvSpec
     seed: int
 
+    stream_key: Callable[[int], tuple[int, int]]  # the client's (root seed, client id)
     evaluate_client: Callable[[int, torch.Tensor | None, int], Evaluation]  # the engine's client class
 
     def _loss(self, cid: int, params: torch.Tensor, keys: tuple[int, int]) -> tuple[float, int | None]:
-        seed = derive_seed(self.seed, "loss", cid, *keys)
+        root, key = self.stream_key(cid)
+        seed = derive_seed(root, "loss", key, *keys)
         evaluation = self.evaluate_client(cid, params, seed)
         return -evaluation.scalarised / self.spec.return_scale, evaluation.env_steps
 

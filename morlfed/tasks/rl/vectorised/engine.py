@@ -15,7 +15,9 @@ from per-(client, training) generators instead of SB3's global RNGs, so a client
 not bit-identical to the SB3 client's, but follows the same distribution; a model trained here
 loads into the SB3 client and evaluates identically. Nothing in a client's training depends on the
 other clients of its batch (bit for bit, on the CPU), so the results do not depend on how an
-executor spreads the clients over workers.
+executor spreads the clients over workers, nor on which other runs' clients share the batch (a
+batch of several runs: each client keeps its run's seeds, initial network and budget, ``streams``
+and ``budgets``).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from morlfed.tasks.rl.vectorised.template import template_agent
 
 
 def stacked_algorithm(
-    spec: EnvSpec, n: int, seed: int, total_steps: int, device: str, precision: str = "fp32"
+    spec: EnvSpec, n: int, seed: int, total_steps: int | np.ndarray, device: str, precision: str = "fp32"
 ) -> tuple[OffPolicyAlgorithm, StackedLearner, Exploration]:
     """The SB3 client's agent for ``spec``, ``n`` stacked copies of its networks and its exploration.
 
@@ -61,7 +63,7 @@ def stacked_algorithm(
     :param spec: the environment spec (``agent: dqn`` or ``ddpg``)
     :param n: number of clients
     :param seed: the run's root seed (the shared init seed derives from it)
-    :param total_steps: each client's whole budget (DQN's epsilon schedule)
+    :param total_steps: each client's whole budget (DQN's epsilon schedule): one for all, or ``[n]``
     :param device: torch device of the stacked networks
     :param precision: ``fp32``, or ``bf16`` for bfloat16 matrix products (DQN only)
     """
@@ -79,6 +81,20 @@ def stacked_algorithm(
     assert isinstance(agent, DDPG), f"agent {spec.agent!r} built a {type(agent).__name__}"
     learner = StackedDDPG(n, agent, device)
     return agent, learner, ActionNoise.of(agent, learner, spec.agent_kwargs.get("action_noise_std"))
+
+
+def template_params(spec: EnvSpec, seed: int, networks: tuple[str, ...], layout: ParamLayout) -> torch.Tensor:
+    """The initial network(s) of the SB3 client's agent for ``spec`` and root seed ``seed``, as a ``[d]`` vector.
+
+    :param spec: the environment spec
+    :param seed: a run's root seed (the shared init seed derives from it)
+    :param networks: the policy's online networks, by attribute name (``q_net``; ``actor`` and ``critic``)
+    :param layout: their layout in the federated vector
+    """
+    env = make_train_env(spec, np.full(len(spec.objectives), 1 / len(spec.objectives)), seed=None)
+    policy = template_agent(spec, env, seed).policy
+    named = {f"{net}.{name}": p for net in networks for name, p in getattr(policy, net).named_parameters()}
+    return layout.flatten(named).detach().clone()
 
 
 class VectorisedClients(RLFitReport, Client):
@@ -115,6 +131,12 @@ class VectorisedClients(RLFitReport, Client):
         (envs and evaluation run on the CPU)
     :param precision: the gradient step's arithmetic: ``fp32`` or ``bf16`` (DQN's matrix products
         in bfloat16; :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`)
+    :param streams: for a batch whose clients belong to several runs
+        (:meth:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory.batch_host`): client ``cid`` here is client ``streams[cid][1]``
+        of the run whose root seed is ``streams[cid][0]``; its every seed and its initial network are
+        that run's, its preference is still row ``cid``. By default every client is ``(seed, cid)``
+    :param budgets: for such a batch, each client's whole budget in env steps (its run's ``rounds x
+        local_steps``, the epsilon schedule's length); by default ``rounds x local_steps`` for all
     """
 
     def __init__(
@@ -128,24 +150,34 @@ class VectorisedClients(RLFitReport, Client):
         torch_threads: int = 1,
         device: str = "cpu",
         precision: str = "fp32",
+        streams: Mapping[int, tuple[int, int]] | None = None,
+        budgets: Mapping[int, int] | None = None,
     ) -> None:
         if not cids or len(set(cids)) != len(cids):
             raise ValueError(f"cids must be distinct client ids, at least one, got {cids}")
         super().__init__(cids, seed, local_steps)
         check_agent_kwargs(spec)
         self.spec = spec
-        total_steps = self.local_steps * rounds
+        total_steps: int | np.ndarray = self.local_steps * rounds
+        if budgets is not None:
+            total_steps = np.array([budgets[cid] for cid in self.cids], dtype=np.int64)
         self.torch_threads, self.device = torch_threads, torch.device(device)
         torch.set_num_threads(torch_threads)
         self.index = {cid: i for i, cid in enumerate(self.cids)}
+        #: each client's (root seed, client id) in its run
+        self.streams = (
+            {cid: (seed, cid) for cid in self.cids} if streams is None else {c: streams[c] for c in self.cids}
+        )
         self.weights = {cid: np.asarray(preferences[cid], dtype=np.float64) for cid in self.cids}
+        keys = [self.streams[cid] for cid in self.cids]
         #: each client's training env, SB3's ``Monitor`` outermost (its episode records are the metrics)
         self.train_envs = [
-            make_train_env(spec, self.weights[cid], seed=derive_seed(seed, "train-env", cid)) for cid in self.cids
+            make_train_env(spec, self.weights[cid], seed=derive_seed(root, "train-env", key))
+            for cid, (root, key) in zip(self.cids, keys, strict=True)
         ]
-        self.eval_envs = [make_eval_env(spec, seed=derive_seed(seed, "eval-env", cid)) for cid in self.cids]
-        n = len(self.cids)
-        agent, self.learner, self.exploration = stacked_algorithm(spec, n, seed, total_steps, device, precision)
+        self.eval_envs = [make_eval_env(spec, seed=derive_seed(root, "eval-env", key)) for root, key in keys]
+        n, first = len(self.cids), keys[0][0]
+        agent, self.learner, self.exploration = stacked_algorithm(spec, n, first, total_steps, device, precision)
         obs_dim = int(np.prod(agent.observation_space.shape))  # type: ignore[arg-type]
         x = self.exploration
         self.replay = StackedReplay(n, int(agent.buffer_size), obs_dim, x.action_dim, x.discrete, device=device)
@@ -156,7 +188,10 @@ class VectorisedClients(RLFitReport, Client):
         self._eval_policy.set_training_mode(False)
         #: the online networks, as the policy's attributes (``q_net``; ``actor`` and ``critic``)
         self._networks = ("q_net",) if isinstance(agent, DQN) else ("actor", "critic")
-        self._initial = self.learner.read(0)
+        #: each run's shared initial network(s), by root seed (a template agent per further seed)
+        self._initials = {first: self.learner.read(0)}
+        for root in sorted({root for root, _ in keys} - {first}):
+            self._initials[root] = template_params(spec, root, self._networks, self.layout)
         self._clocks = [FitClock() for _ in range(n)]
         self.episodes_seen = np.zeros(n, dtype=np.int64)
         self.slots: list[dict[str, dict[str, Any]]] = [{} for _ in range(n)]
@@ -172,8 +207,25 @@ class VectorisedClients(RLFitReport, Client):
         return self.learner.layout
 
     def initial_params(self) -> torch.Tensor:
-        """The shared initial network(s) (the SB3 client's, same init seed) as a ``[d]`` vector."""
-        return self._initial.clone()
+        """The shared initial network(s) (the SB3 client's, same init seed) as a ``[d]`` vector.
+
+        In a batch of several runs' clients, the first client's run's (:meth:`initial_of`).
+        """
+        return self.initial_of(self.cids[0])
+
+    def initial_of(self, cid: int) -> torch.Tensor:
+        """The initial network(s) of client ``cid``'s run as a ``[d]`` vector.
+
+        :param cid: one of this object's clients
+        """
+        return self._initials[self.streams[cid][0]].clone()
+
+    def stream_key(self, cid: int) -> tuple[int, int]:
+        """Client ``cid``'s run's root seed and its client id in that run (``streams``).
+
+        :param cid: one of this object's clients
+        """
+        return self.streams[cid]
 
     # ------------------------------------------------------------------------------------------
     # training
@@ -192,7 +244,8 @@ class VectorisedClients(RLFitReport, Client):
             steps[i] = job.steps
             prox_mu[i] = job.prox_mu
             centre[i] = job.centre.float().to(self.device)
-            seeds.append(derive_seed(self.seed, PERSONAL_SLOT if job.personal else "fit", cid, *job.keys))
+            root, key = self.streams[cid]
+            seeds.append(derive_seed(root, PERSONAL_SLOT if job.personal else "fit", key, *job.keys))
         before = self.counters.num_timesteps.copy()
         self.lockstep.run(rows, seeds, steps, prox_mu, centre)
         spent = self.counters.num_timesteps - before
@@ -219,7 +272,7 @@ class VectorisedClients(RLFitReport, Client):
         exploration = self.lockstep.exploration
         if isinstance(exploration, EpsilonGreedy):
             c = self.counters
-            learner["exploration_rate"] = float(exploration.epsilon(c.num_timesteps[i : i + 1], c.offset[i : i + 1])[0])
+            learner["exploration_rate"] = float(exploration.epsilon(c.num_timesteps, c.offset)[i])
         return TrainOutput(self.learner.read(i), {"rewards": returns, "steps": steps}, learner)
 
     # ------------------------------------------------------------------------------------------
@@ -232,7 +285,7 @@ class VectorisedClients(RLFitReport, Client):
         the deterministic actions are SB3's own.
         """
         if params is None:
-            params = self.personal_models.get(cid, self._initial)
+            params = self.personal_models.get(cid, self._initials[self.streams[cid][0]])
         torch.set_num_threads(self.torch_threads)
         load_networks(self._eval_policy, self._networks, self.layout.unflatten(params.float()))
         env, weights = self.eval_envs[self.index[cid]], self.weights[cid]

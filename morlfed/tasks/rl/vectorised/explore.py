@@ -126,7 +126,8 @@ class EpsilonGreedy(Exploration):
     :param fraction: fraction of the whole budget over which epsilon decays
     :param initial: epsilon at the budget's start
     :param final: epsilon after the decay
-    :param total_steps: each client's whole budget (the exploration clock's length, at least 1)
+    :param total_steps: each client's whole budget (the exploration clock's length, at least 1): one
+        for all clients, or one per client (``[N]``)
     """
 
     action_dim, discrete = 1, True
@@ -139,7 +140,7 @@ class EpsilonGreedy(Exploration):
         fraction: float,
         initial: float,
         final: float,
-        total_steps: int,
+        total_steps: int | np.ndarray,
     ) -> None:
         super().__init__(learner, learning_starts)
         self.n_actions = n_actions
@@ -148,12 +149,12 @@ class EpsilonGreedy(Exploration):
         self._draws = Streams([], 2)
 
     @classmethod
-    def of(cls, agent: DQN, learner: StackedLearner, total_steps: int) -> EpsilonGreedy:
+    def of(cls, agent: DQN, learner: StackedLearner, total_steps: int | np.ndarray) -> EpsilonGreedy:
         """The exploration of an SB3 DQN agent, with the budget-wide exploration clock.
 
         :param agent: the template agent
         :param learner: the clients' stacked Q-networks
-        :param total_steps: each client's whole budget (rounds x local steps)
+        :param total_steps: each client's whole budget (rounds x local steps): one for all, or ``[N]``
         """
         n_actions = int(agent.action_space.n)  # type: ignore[attr-defined]
         s = EpsilonDecay.of(agent, total_steps)

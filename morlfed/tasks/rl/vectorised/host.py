@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import torch
+
+from morlfed.core.params import ParamLayout
 from morlfed.core.progress import StepReporter
 from morlfed.core.protocol import ClientFailure, FitTask, check_fit_task
 from morlfed.runtime.executors.base import ClientHost, FitOutcome, StepSink, describe, guarded_fit
@@ -41,6 +44,13 @@ class VectorisedHost(ClientHost):
         self.timeout = timeout
         # one Client object for every id: the default host's evaluation, state and initial model
         self.clients = dict.fromkeys(self.cids, engine)
+
+    def initial_of(self, cid: int) -> tuple[torch.Tensor, ParamLayout]:
+        """The initial network(s) of client ``cid``'s run and the layout (the engine's :meth:`~VectorisedClients.initial_of`).
+
+        :param cid: one of this host's client ids
+        """
+        return self.engine.initial_of(cid), self.engine.layout
 
     def fit_many(
         self, tasks: Sequence[tuple[int, FitTask]], on_steps: StepSink | None = None

@@ -1,0 +1,1 @@
+"""morlfed's hydra plugins: hydra finds plugins in the ``hydra_plugins`` namespace package only."""
