@@ -90,6 +90,16 @@ BUDGETS: dict[str, dict[str, list[str]]] = {
         "reduced": ["n_clients=5", "rounds=5", "local_steps=5000", "eval_every=1"],
         "full": ["eval_every=4"],
     },
+    # DDPG: no exploration schedule, but learning_starts random steps (10 000 in both specs) before
+    # the first gradient step; the reduced budget trains 10 000 gradient steps per client past them
+    "mo-lunar-lander-continuous": {
+        "reduced": ["n_clients=5", "rounds=4", "local_steps=5000", "eval_every=1"],
+        "full": ["eval_every=5"],
+    },
+    "mo-halfcheetah": {
+        "reduced": ["n_clients=5", "rounds=4", "local_steps=5000", "eval_every=1"],
+        "full": ["eval_every=10"],
+    },
 }
 #: The margin's fraction of the sb3 runs' seed-to-seed standard deviation.
 MARGIN_FRACTION = 0.5
