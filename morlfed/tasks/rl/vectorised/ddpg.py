@@ -140,7 +140,7 @@ class StackedDDPG(StackedLearner):
         self.critic_target = aligned_rows(n, len(critic), self.device).copy_(critic)
         # every network and the gradient buffers (``[N, d_net]``, reused from step to step: a step of k
         # clients uses their first k rows, backward overwrites every entry, and once Adam has taken them
-        # they hold the target updates' online * tau), each with its stacked views, kept for the steps
+        # a GPU's target updates hold online * tau there), each with its stacked views, kept for the steps
         # of every client (they follow the in-place updates; a step of some clients views copies)
         flats = {
             "actor": self.actor,
@@ -305,9 +305,9 @@ class StackedDDPG(StackedLearner):
         if centre is not None:
             self._add_proximal(actor_grad, actor, mu, centre[:, : self._split])
         self.actor_optimiser.step(mask, {"actor": actor_grad})
-        # 4. the target updates; the critic is the one the actor's step read
-        self._update_target("critic", critic, rows, critic_grad)
-        self._update_target("actor", self.actor if rows is None else select_rows(self.actor, rows), rows, actor_grad)
+        # 4. the target updates, from the updated networks (the critic is the one the actor's step read)
+        self._update_target("critic", rows, critic_grad)
+        self._update_target("actor", rows, actor_grad)
         if self._low is not None:
             self._low.changed("actor", "actor_target", "critic_target")
         return {"actor_loss": self._spread(actor_loss, rows), "critic_loss": self._spread(critic_loss, rows)}
@@ -341,23 +341,23 @@ class StackedDDPG(StackedLearner):
         for g, f, c, m in zip(grad.unbind(0), flat.unbind(0), centre.unbind(0), mu.unbind(0)):
             g.add_(torch.sub(f, c, out=row).mul_(m))
 
-    def _update_target(self, name: str, online: torch.Tensor, rows: torch.Tensor | None, scratch: torch.Tensor) -> None:
+    def _update_target(self, name: str, rows: torch.Tensor | None, scratch: torch.Tensor) -> None:
         """SB3's ``polyak_update``: ``target = target * (1 - tau) + online * tau`` for the stepping clients.
 
         Rounded product by product (no fused multiply-add: a client's result never depends on its
         batch), in place.
 
         :param name: ``actor`` or ``critic``
-        :param online: the stepping clients' online network, ``[k, d_net]``
         :param rows: the stepping clients (``None``: all)
         :param scratch: a spent ``[k, d_net]`` buffer (the network's gradient), for a GPU's whole-tensor update
         """
+        online, target = self._networks[name][0], self._networks[f"{name}_target"][0]
         if self._row_buffer is not None:
-            targets, row = self._rows[f"{name}_target"], self._row_buffer[: online.shape[1]]
-            for i, values in zip(range(self.n) if rows is None else rows.tolist(), online.unbind(0)):
-                targets[i].mul_(1 - self.tau).add_(torch.mul(values, self.tau, out=row))
+            onlines, targets, row = self._rows[name], self._rows[f"{name}_target"], self._row_buffer[: online.shape[1]]
+            for i in range(self.n) if rows is None else rows.tolist():
+                targets[i].mul_(1 - self.tau).add_(torch.mul(onlines[i], self.tau, out=row))
             return
-        target, moved = self._networks[f"{name}_target"][0], torch.mul(online, self.tau, out=scratch)
+        moved = torch.mul(online if rows is None else select_rows(online, rows), self.tau, out=scratch)
         if rows is None:
             target.mul_(1 - self.tau).add_(moved)
         else:
