@@ -31,9 +31,11 @@ step (``train_freq``, ``gradient_steps``; ``-1``: one per env step) on every env
 ``learning_starts`` (which counts once per client, across rounds); the line prints those gradient
 steps, the run's PFLOP in the floor's products and its time at the measured step on one core.
 The action selection (one forward pass of a single observation per env step, a few hundred
-kFLOP) and a rollout's overshoot of the local budget are left out. With ``--precision bf16`` on a
-DDPG env, whose engine refuses bfloat16, only the floor is timed: the arithmetic bound that a
-bfloat16 step would approach.
+kFLOP) and a rollout's overshoot of the local budget are left out.
+
+**bfloat16** (``--precision bf16``, DQN or DDPG): the engine step is the learner's mixed-precision
+step (its hidden layers in bfloat16, docs/engines.md, "Precision"), and the floor is the same
+chain with every product in bfloat16, the output layers' too, which the step keeps in float32.
 
 **Projection.** ``--round`` also runs the headline command for one round
 (``python -m morlfed.run env=mo-lunar-lander dist=dirichlet rounds=1`` with the engine and
@@ -45,7 +47,7 @@ evaluation plus the spec's rounds times the measured round.
     python bench/engine_floor.py --precision bf16         # the same in bfloat16
     python bench/engine_floor.py --round                  # and the headline's projected wall time
     python bench/engine_floor.py --env mo-lunar-lander-continuous   # DDPG's step / floor ratio
-    python bench/engine_floor.py --env mo-halfcheetah --precision bf16  # DDPG: the bfloat16 floor alone
+    python bench/engine_floor.py --env mo-halfcheetah --precision bf16  # DDPG's in bfloat16
 """
 
 from __future__ import annotations
@@ -263,16 +265,11 @@ def main() -> None:
     parser.add_argument("--round", action="store_true", help="also project the headline from a 1-round run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    try:
-        step, optimiser, shapes, batch = engine_step(args.env, args.clients, args.precision)
-        refused = None
-    except ValueError as error:  # the engine refuses the precision (bf16 with DDPG): time the floor alone
-        refused = str(error)
-        _, _, shapes, batch = engine_step(args.env, args.clients, "fp32")
+    step, optimiser, shapes, batch = engine_step(args.env, args.clients, args.precision)
     dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
     chain = floor_chain(shapes, args.clients, batch, dtype)
-    timings: dict[str, list[float]] = {"floor": []} if refused else {"engine": [], "floor": [], "adam": []}
-    fns = {"floor": chain} if refused else {"engine": step, "floor": chain, "adam": optimiser}
+    timings: dict[str, list[float]] = {"engine": [], "floor": [], "adam": []}
+    fns = {"engine": step, "floor": chain, "adam": optimiser}
     with flushed_denormals():
         for fn in fns.values():  # warm-up: workspaces, MKL's first calls
             timed(fn, 20)
@@ -297,18 +294,14 @@ def main() -> None:
     print(
         f"products      {flops / 1e9:7.3f} GFLOP per client and step (2 per multiply-add), floor at {rate:.0f} GFLOP/s"
     )
-    if refused:
-        print(f"engine step   refused: {refused}")
-        print(f"floor (bmm)   {floor_ms:7.2f} ms")
-    else:
-        engine_ms, adam_ms = ms["engine"], ms["adam"]
-        print(f"engine step   {engine_ms:7.2f} ms")
-        print(f"floor (bmm)   {floor_ms:7.2f} ms")
-        print(f"ratio         {engine_ms / floor_ms:7.2f}   (goal <= 1.3)")
-        # Adam reads parameters, gradients and both moments and writes three of them: a memory-bound
-        # pass that no chain of products contains, so floor + Adam bounds any step that trains
-        print(f"Adam alone    {adam_ms:7.2f} ms   (the step's optimiser pass, timed on its own)")
-        print(f"floor + Adam  {floor_ms + adam_ms:7.2f} ms   ratio to the floor {(floor_ms + adam_ms) / floor_ms:.2f}")
+    engine_ms, adam_ms = ms["engine"], ms["adam"]
+    print(f"engine step   {engine_ms:7.2f} ms")
+    print(f"floor (bmm)   {floor_ms:7.2f} ms")
+    print(f"ratio         {engine_ms / floor_ms:7.2f}   (goal <= 1.3)")
+    # Adam reads parameters, gradients and both moments and writes three of them: a memory-bound
+    # pass that no chain of products contains, so floor + Adam bounds any step that trains
+    print(f"Adam alone    {adam_ms:7.2f} ms   (the step's optimiser pass, timed on its own)")
+    print(f"floor + Adam  {floor_ms + adam_ms:7.2f} ms   ratio to the floor {(floor_ms + adam_ms) / floor_ms:.2f}")
     spec = get_spec(args.env)
     budget = f"{spec.n_clients} clients x {spec.rounds} rounds x {spec.local_steps:,} steps"
     per_client = gradient_steps_per_client(args.env)
@@ -316,12 +309,11 @@ def main() -> None:
         print(f"{args.env}'s default run ({budget}): gradient steps per episode, their count not projected")
     else:
         steps, per_env_step = per_client
-        measured = "floor" if refused else "engine step"
         print(
             f"{args.env}'s default run ({budget}): {steps:,} batched gradient steps per client "
             f"({per_env_step:g} per env step after learning_starts), "
             f"{spec.n_clients * steps * flops / 1e15:.2f} PFLOP; "
-            f"{ms['floor' if refused else 'engine'] * steps / 3.6e6:.2f} h of this {args.clients}-client {measured} "
+            f"{ms['engine'] * steps / 3.6e6:.2f} h of this {args.clients}-client engine step "
             f"on one core"
         )
     if args.round:

@@ -278,7 +278,7 @@ def timed_part(args: argparse.Namespace, which: str, rounds: int, budget: Budget
         steps, precision = args.steps or spec.local_steps, args.headline_precision or args.auto_precision
         overrides = [*HEADLINE, *([f"precision={args.headline_precision}"] if args.headline_precision else [])]
     else:
-        steps, precision = args.continuous_steps, "fp32"  # bfloat16 is DQN's alone
+        steps, precision = args.continuous_steps, "fp32"  # precision=auto: the spec says fp32
         overrides = [*CONTINUOUS, f"env.agent_kwargs.learning_starts={steps}"]
     overrides += [f"device={args.device}", f"rounds={rounds}", f"local_steps={steps}", f"n_clients={args.clients}"]
     probe = LockstepProbe(lambda rnd, _i: f"round {rnd}")

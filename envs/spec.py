@@ -83,7 +83,7 @@ class EnvSpec:
         (docs/results/engine-agreement; docs/engines.md, Validation), ``sb3`` elsewhere.
     :ivar precision: the arithmetic ``precision=auto`` (the default) trains this env's clients with
         when the engine is the vectorised one and the device computes bfloat16 natively:
-        ``bf16`` (a DQN spec with ``engine: vectorised`` only) where the paired study found the
+        ``bf16`` (a spec with ``engine: vectorised`` only) where the paired study found the
         ``vectorised-bf16`` arm equivalent to ``sb3``, ``fp32`` elsewhere.
     :ivar seeds_global_numpy: the env draws from numpy's *global* RNG internally; the factory
         isolates and seeds that RNG per env (see :mod:`morlfed.envs.factory`).
@@ -136,10 +136,10 @@ class EnvSpec:
             raise ValueError(f"{where}: engine must be one of {', '.join(SPEC_ENGINES)}, got {self.engine!r}")
         if self.precision not in SPEC_PRECISIONS:
             raise ValueError(f"{where}: precision must be one of {', '.join(SPEC_PRECISIONS)}, got {self.precision!r}")
-        if self.precision != "fp32" and (self.agent != "dqn" or self.engine != "vectorised"):
+        if self.precision != "fp32" and self.engine != "vectorised":
             raise ValueError(
-                f"{where}: precision {self.precision} is implemented by the vectorised engine's DQN; this spec "
-                f"has agent {self.agent}, engine {self.engine}: set precision: fp32"
+                f"{where}: precision {self.precision} is implemented by the vectorised engine; this spec "
+                f"has engine {self.engine}: set precision: fp32"
             )
 
         objectives = tuple(str(o) for o in _as_sequence(self.objectives, "objectives", where))

@@ -1,6 +1,7 @@
 """precision=bf16: the vectorised DQN's matrix products in bfloat16 (mixed precision).
 
-It is refused where it is not implemented.
+It is refused where it is not implemented. The vectorised DDPG's bfloat16 steps are checked in
+``tests/test_precision_ddpg.py``.
 """
 
 from __future__ import annotations
@@ -119,17 +120,17 @@ def test_a_loaded_model_reaches_the_next_bf16_step() -> None:
     assert torch.equal(a.online[1], fresh.online[1])
 
 
-def test_an_unknown_precision_or_a_ddpg_learner_is_refused() -> None:
+def test_an_unknown_precision_is_refused() -> None:
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
         _learner("fp16")
-    with pytest.raises(ValueError, match="precision=bf16 is implemented for DQN agents"):
-        stacked_algorithm(get_spec("mo-lunar-lander-continuous"), 2, 0, 1000, "cpu", "bf16")
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
+        stacked_algorithm(get_spec("mo-lunar-lander-continuous"), 2, 0, 1000, "cpu", "fp16")
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["precision=bf16", "engine=sb3"], "precision=bf16 is implemented by the vectorised engine's DQN"),
+        (["precision=bf16", "engine=sb3"], "precision=bf16 is implemented by the vectorised engine;"),
         (["precision=fp16"], "precision must be one of fp32, bf16, auto"),
     ],
 )
@@ -181,10 +182,11 @@ def test_auto_takes_the_spec_precision_only_with_the_vectorised_engine_on_native
         precision.resolve_precision("fp16", fp32_spec, "vectorised", "cpu")
 
 
-def test_a_spec_names_bf16_only_for_the_vectorised_dqn() -> None:
-    with pytest.raises(ValueError, match="precision bf16 is implemented by the vectorised engine's DQN"):
+def test_a_spec_names_bf16_only_for_the_vectorised_engine() -> None:
+    with pytest.raises(ValueError, match="precision bf16 is implemented by the vectorised engine;"):
         get_spec("mo-lunar-lander").replace(engine="sb3", precision="bf16")
-    with pytest.raises(ValueError, match="precision bf16 is implemented by the vectorised engine's DQN"):
-        get_spec("mo-lunar-lander-continuous").replace(precision="bf16")
+    with pytest.raises(ValueError, match="precision bf16 is implemented by the vectorised engine;"):
+        get_spec("mo-lunar-lander-continuous").replace(precision="bf16")  # its engine: sb3
+    assert get_spec("mo-lunar-lander-continuous").replace(engine="vectorised", precision="bf16").precision == "bf16"
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16"):
         get_spec("mo-lunar-lander").replace(precision="fp16")

@@ -1,7 +1,8 @@
 """The arithmetic of the vectorised engine's gradient steps: ``precision=fp32 | bf16 | auto``.
 
-``fp32`` is SB3's arithmetic. ``bf16`` computes the matrix products of a DQN gradient step in
-bfloat16 (mixed precision, :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`). ``auto`` (the
+``fp32`` is SB3's arithmetic. ``bf16`` computes the hidden layers of a DQN or DDPG gradient step
+in bfloat16 (mixed precision, :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`,
+:class:`~morlfed.tasks.rl.vectorised.ddpg.StackedDDPG`). ``auto`` (the
 default) trains with the env spec's ``precision`` where that can pay and is allowed: the engine is
 the vectorised one and the device computes bfloat16 natively; everywhere else it is ``fp32``. A
 spec names ``bf16`` only where the engine-agreement study found the ``vectorised-bf16`` arm
@@ -17,7 +18,7 @@ import torch
 
 from morlfed.core.parallelism import cpuinfo_field
 from morlfed.envs import EnvSpec
-from morlfed.tasks.rl.vectorised.dqn import PRECISIONS
+from morlfed.tasks.rl.vectorised.low_precision import PRECISIONS
 
 #: The ``precision`` settings a run accepts.
 SETTINGS: tuple[str, ...] = (*PRECISIONS, "auto")

@@ -97,10 +97,10 @@ class RLTask(Task):
         check_env_kwargs(spec)
         ENGINES[engine]().check_spec(spec)
         precision = resolve_precision(precision, spec, engine, device)
-        if precision != "fp32" and (engine != "vectorised" or spec.agent != "dqn"):
+        if precision != "fp32" and engine != "vectorised":
             raise ValueError(
-                f"precision={precision} is implemented by the vectorised engine's DQN; this run has "
-                f"engine={engine} (env {spec.name}, agent {spec.agent}): add engine=vectorised, or precision=fp32"
+                f"precision={precision} is implemented by the vectorised engine; this run has "
+                f"engine={engine} (env {spec.name}): add engine=vectorised, or precision=fp32"
             )
         #: the gradient steps' arithmetic (``auto`` resolved)
         self.precision = precision

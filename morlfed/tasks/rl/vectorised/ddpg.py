@@ -23,6 +23,11 @@ client:
 Only the masked clients' rows are computed (every network, optimiser state and target of the
 others is left as it is). DDPG clips no gradients. Nothing mixes clients: a NaN in one client's
 batch stays in its slice.
+
+With ``precision="bf16"`` the hidden layers of every network (the actor, the critics and their
+targets) compute in bfloat16, as :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`'s do: mixed
+precision, the parameters, gradients, each network's output layer (the actions, the Q-values),
+the losses, the proximal term, Adam and the target updates stay float32.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from torch import nn
 from morlfed.core.params import ParamLayout
 from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
+from morlfed.tasks.rl.vectorised.low_precision import PRECISIONS, HiddenCopies
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows, select_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
 
@@ -101,13 +107,17 @@ class StackedDDPG(StackedLearner):
         optimisers' settings
     :param device: torch device of the stacked parameters and of every update (``"cpu"`` or
         ``"cuda"``)
+    :param precision: ``fp32`` (SB3's arithmetic) or ``bf16``: the hidden layers' matrix products
+        of a gradient step in bfloat16 (see the module docstring)
     """
 
-    def __init__(self, n: int, agent: OffPolicyAlgorithm, device: str = "cpu") -> None:
+    def __init__(self, n: int, agent: OffPolicyAlgorithm, device: str = "cpu", precision: str = "fp32") -> None:
         if not isinstance(agent, DDPG):
             raise TypeError(f"StackedDDPG mirrors an SB3 DDPG, got {type(agent).__name__}")
         _check_supported(agent)
-        self.n, self.device = n, torch.device(device)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        self.n, self.device, self.precision = n, torch.device(device), precision
         self.gamma, self.tau = float(agent.gamma), float(agent.tau)
         self._layout = layout_of({"actor": agent.actor, "critic": agent.critic})
         self._actor_layout = layout_of({"actor": agent.actor})
@@ -130,7 +140,7 @@ class StackedDDPG(StackedLearner):
         self.critic_target = aligned_rows(n, len(critic), self.device).copy_(critic)
         # every network and the gradient buffers (``[N, d_net]``, reused from step to step: a step of k
         # clients uses their first k rows, backward overwrites every entry, and once Adam has taken them
-        # they hold the target updates' online * tau), each with its stacked views, kept for the steps
+        # a GPU's target updates hold online * tau there), each with its stacked views, kept for the steps
         # of every client (they follow the in-place updates; a step of some clients views copies)
         flats = {
             "actor": self.actor,
@@ -144,9 +154,35 @@ class StackedDDPG(StackedLearner):
         # buffers for the layers' outputs and the gradients between layers, reused from step to step: a
         # network's target pass and online pass share its forward buffers (the target's outputs are spent
         # before the online pass begins), one set per critic (the target critics' outputs meet in the min)
-        self._workspaces = {"actor": Workspace(), "actor_backward": Workspace(), "critic_backward": Workspace()}
+        # and one for the critics' inputs, which each use spends before the next is joined
+        self._workspaces = {
+            "actor": Workspace(),
+            "actor_backward": Workspace(),
+            "critic_backward": Workspace(),
+            "critic_input": Workspace(),
+        }
         self._critic_workspaces = [Workspace() for _ in self.critic_mlps]
         cpu = self.device.type == "cpu"
+        # on the CPU the target updates and the proximal term run row by row through one row's
+        # buffer, which stays in the core's cache between their passes (the same element-wise
+        # operations, so the same bits); a GPU runs them on whole tensors
+        self._row_buffer = aligned_rows(1, max(len(actor), len(critic)), self.device)[0] if cpu else None
+        self._rows = {name: flat.unbind(0) for name, flat in flats.items()}
+        #: bf16: the networks' hidden layers in bfloat16, as the gradient step computes with them; each
+        #: output layer stays float32 (the critic's loss subtracts Q-values, the TD target and the
+        #: actor's loss read them, the actions feed the critic)
+        self._low: HiddenCopies | None = None
+        if precision == "bf16":
+            networks = ("actor", "actor_target", "critic", "critic_target")
+            outputs = {
+                name: {
+                    k
+                    for mlp in ([self.actor_mlp] if name.startswith("actor") else self.critic_mlps)
+                    for k in mlp.output_names()
+                }
+                for name in networks
+            }
+            self._low = HiddenCopies({name: self._networks[name][1] for name in networks}, outputs)
         self._actor_numpy = {k: v.numpy() for k, v in self.actor_mlp.views(self.actor).items()} if cpu else None
         lr = float(agent.learning_rate)  # type: ignore[arg-type]
         self.actor_optimiser = _masked_adam("actor", self.actor, agent.actor.optimizer, lr)
@@ -189,6 +225,8 @@ class StackedDDPG(StackedLearner):
         actor, critic = flat[: self._split], flat[self._split :]
         self.actor[i], self.actor_target[i] = actor, actor
         self.critic[i], self.critic_target[i] = critic, critic
+        if self._low is not None:
+            self._low.changed("actor", "actor_target", "critic", "critic_target")
 
     @torch.no_grad()
     def act(self, observations: torch.Tensor) -> torch.Tensor:
@@ -228,12 +266,13 @@ class StackedDDPG(StackedLearner):
 
         obs, actions, next_obs = pick(batch.observations), pick(batch.actions), pick(batch.next_observations)
         rewards, dones = pick(batch.rewards), pick(batch.dones)
-        mu, centre = pick(prox_mu.to(self.device, torch.float32)), pick(prox_centre.to(self.device, torch.float32))
+        mu = pick(prox_mu.to(self.device, torch.float32))
+        centre = pick(prox_centre.to(self.device, torch.float32)) if bool((mu > 0).any()) else None
         # 1. the TD target
         ws, critic_ws = self._workspaces, self._critic_workspaces
         actor_target, critic_target = self._stepping("actor_target", rows)[1], self._stepping("critic_target", rows)[1]
         next_actions = self.actor_mlp.forward(actor_target, next_obs, workspace=ws["actor"])[0]
-        target_in = torch.cat([next_obs, next_actions.clamp(-1, 1)], dim=2)
+        target_in = self._critic_input(next_obs, next_actions, clamp=True)
         next_q = torch.cat(
             [mlp.forward(critic_target, target_in, workspace=w)[0] for mlp, w in zip(self.critic_mlps, critic_ws)],
             dim=2,
@@ -241,40 +280,88 @@ class StackedDDPG(StackedLearner):
         target_q = rewards + (1 - dones) * self.gamma * next_q.min(dim=2, keepdim=True).values
         # 2. the critic step
         (critic, views), (critic_grad, grad_views) = self._stepping("critic", rows), self._stepping("critic_grad", rows)
-        critic_in = torch.cat([obs, actions], dim=2)
+        critic_in = self._critic_input(obs, actions)
         critic_loss = torch.zeros(critic.shape[0], device=self.device)
         for mlp, w in zip(self.critic_mlps, critic_ws):
             q, saved = mlp.forward(views, critic_in, keep=True, workspace=w)
             critic_loss += ((q - target_q) ** 2).mean(dim=(1, 2))
             mlp.backward(views, saved, (q - target_q) * (2.0 / q.shape[1]), grad_views, ws["critic_backward"])
-        _add_proximal(critic_grad, critic, mu, centre[:, self._split :])
+        if centre is not None:
+            self._add_proximal(critic_grad, critic, mu, centre[:, self._split :])
         self.critic_optimiser.step(mask, {"critic": critic_grad})
+        if self._low is not None:
+            self._low.changed("critic")
         # 3. the actor step, through the updated critic (whose parameters it does not differentiate)
         (critic, critic_now), (actor, actor_views) = self._stepping("critic", rows), self._stepping("actor", rows)
         actor_grad, actor_grad_views = self._stepping("actor_grad", rows)
         new_actions, actor_saved = self.actor_mlp.forward(actor_views, obs, keep=True, workspace=ws["actor"])
-        actor_in = torch.cat([obs, new_actions], dim=2)
+        actor_in = self._critic_input(obs, new_actions)
         q, saved = self.critic_mlps[0].forward(critic_now, actor_in, keep=True, workspace=critic_ws[0])
         actor_loss = -q.mean(dim=(1, 2))
         d_q = torch.full_like(q, -1.0 / q.shape[1])
         d_in = self.critic_mlps[0].input_gradient(critic_now, saved, d_q, ws["critic_backward"])
-        d_actions = d_in[..., self._obs_dim :]
+        d_actions = d_in[..., self._obs_dim :].to(torch.float32)  # bf16: into the actor's float32 output layer
         self.actor_mlp.backward(actor_views, actor_saved, d_actions, actor_grad_views, ws["actor_backward"])
-        _add_proximal(actor_grad, actor, mu, centre[:, : self._split])
+        if centre is not None:
+            self._add_proximal(actor_grad, actor, mu, centre[:, : self._split])
         self.actor_optimiser.step(mask, {"actor": actor_grad})
-        # 4. the target updates, target * (1 - tau) + online * tau rounded product by product (no fused
-        # multiply-add: a client's result never depends on its batch), in place when every client steps;
-        # the critic is the one the actor's step read, and the spent gradient buffers hold online * tau
-        for online, target, scratch in (
-            (critic, self.critic_target, critic_grad),
-            (self._stepping("actor", rows)[0], self.actor_target, actor_grad),
-        ):
-            moved = torch.mul(online, self.tau, out=scratch)
-            if rows is None:
-                target.mul_(1 - self.tau).add_(moved)
-            else:
-                target.index_copy_(0, rows, select_rows(target, rows).mul_(1 - self.tau).add_(moved))
+        # 4. the target updates, from the updated networks (the critic is the one the actor's step read)
+        self._update_target("critic", rows, critic_grad)
+        self._update_target("actor", rows, actor_grad)
+        if self._low is not None:
+            self._low.changed("actor", "actor_target", "critic_target")
         return {"actor_loss": self._spread(actor_loss, rows), "critic_loss": self._spread(critic_loss, rows)}
+
+    def _critic_input(self, obs: torch.Tensor, actions: torch.Tensor, clamp: bool = False) -> torch.Tensor:
+        """``cat([obs, actions], dim=2)`` (``actions`` clamped to ``[-1, 1]`` if ``clamp``), in a reused buffer.
+
+        The buffer is valid until the next call: the target pass, the critic step and the actor
+        step each spend their input before the next is joined.
+        """
+        joined = self._workspaces["critic_input"].take(("input", 0), obs, obs.shape[1], obs.shape[2] + actions.shape[2])
+        joined[..., : obs.shape[2]].copy_(obs)
+        if clamp:
+            torch.clamp(actions, -1, 1, out=joined[..., obs.shape[2] :])
+        else:
+            joined[..., obs.shape[2] :].copy_(actions)
+        return joined
+
+    def _add_proximal(self, grad: torch.Tensor, flat: torch.Tensor, mu: torch.Tensor, centre: torch.Tensor) -> None:
+        """``grad += mu * (flat - centre)`` row by row.
+
+        :param grad: a network's ``[k, d_net]`` gradient
+        :param flat: its ``[k, d_net]`` parameters
+        :param mu: ``[k]`` proximal coefficients
+        :param centre: ``[k, d_net]`` the network's part of the proximal centres
+        """
+        if self._row_buffer is None:
+            grad.add_(mu.unsqueeze(1) * (flat - centre))
+            return
+        row = self._row_buffer[: grad.shape[1]]
+        for g, f, c, m in zip(grad.unbind(0), flat.unbind(0), centre.unbind(0), mu.unbind(0)):
+            g.add_(torch.sub(f, c, out=row).mul_(m))
+
+    def _update_target(self, name: str, rows: torch.Tensor | None, scratch: torch.Tensor) -> None:
+        """SB3's ``polyak_update``: ``target = target * (1 - tau) + online * tau`` for the stepping clients.
+
+        Rounded product by product (no fused multiply-add: a client's result never depends on its
+        batch), in place.
+
+        :param name: ``actor`` or ``critic``
+        :param rows: the stepping clients (``None``: all)
+        :param scratch: a spent ``[k, d_net]`` buffer (the network's gradient), for a GPU's whole-tensor update
+        """
+        online, target = self._networks[name][0], self._networks[f"{name}_target"][0]
+        if self._row_buffer is not None:
+            onlines, targets, row = self._rows[name], self._rows[f"{name}_target"], self._row_buffer[: online.shape[1]]
+            for i in range(self.n) if rows is None else rows.tolist():
+                targets[i].mul_(1 - self.tau).add_(torch.mul(onlines[i], self.tau, out=row))
+            return
+        moved = torch.mul(online if rows is None else select_rows(online, rows), self.tau, out=scratch)
+        if rows is None:
+            target.mul_(1 - self.tau).add_(moved)
+        else:
+            target.index_copy_(0, rows, select_rows(target, rows).mul_(1 - self.tau).add_(moved))
 
     def _mlp_of(self, name: str) -> StackedMLP:
         """The :class:`StackedMLP` that views network ``name`` (the critics' views span every critic)."""
@@ -287,13 +374,15 @@ class StackedDDPG(StackedLearner):
             ``critic_grad``
         :param rows: the stepping clients, ``None``: all (the kept views); else a network's rows are
             copied (:func:`~morlfed.tasks.rl.vectorised.mlp.select_rows`), a gradient buffer's first rows
-            taken
+            taken; with ``bf16``, a network's views hold its hidden layers' bfloat16 copies
         """
         flat, views = self._networks[name]
-        if rows is None:
-            return flat, views
-        flat = flat[: rows.shape[0]] if name.endswith("_grad") else select_rows(flat, rows)
-        return flat, self._mlp_of(name).views(flat)
+        if rows is not None:
+            flat = flat[: rows.shape[0]] if name.endswith("_grad") else select_rows(flat, rows)
+            views = self._mlp_of(name).views(flat)
+        if self._low is not None and not name.endswith("_grad"):
+            views = self._low.views(name, views, rows)
+        return flat, views
 
     def _spread(self, values: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
         """``[k]`` values of the masked clients as an ``[N]`` tensor (NaN elsewhere)."""
@@ -346,15 +435,3 @@ def _masked_adam(name: str, flat: torch.Tensor, optimiser: torch.optim.Optimizer
         raise ValueError("the vectorised DDPG supports SB3's default optimiser: Adam without weight decay or amsgrad")
     beta1, beta2 = defaults["betas"]
     return MaskedAdam({name: flat}, lr, (float(beta1), float(beta2)), float(defaults["eps"]))
-
-
-def _add_proximal(grad: torch.Tensor, flat: torch.Tensor, mu: torch.Tensor, centre: torch.Tensor) -> None:
-    """``grad += mu * (flat - centre)`` row by row (nothing when every ``mu`` is 0).
-
-    :param grad: a network's ``[k, d_net]`` gradient
-    :param flat: its ``[k, d_net]`` parameters
-    :param mu: ``[k]`` proximal coefficients
-    :param centre: ``[k, d_net]`` the network's part of the proximal centres
-    """
-    if bool((mu > 0).any()):
-        grad.add_(mu.unsqueeze(1) * (flat - centre))

@@ -32,11 +32,9 @@ from stable_baselines3.common.torch_layers import FlattenExtractor
 from morlfed.core.params import ParamLayout
 from morlfed.tasks.rl.agent import layout_of
 from morlfed.tasks.rl.vectorised.learner import Batch, StackedLearner
+from morlfed.tasks.rl.vectorised.low_precision import PRECISIONS
 from morlfed.tasks.rl.vectorised.mlp import StackedMLP, Workspace, aligned_rows
 from morlfed.tasks.rl.vectorised.optim import MaskedAdam
-
-#: The arithmetic of a gradient step: float32 throughout, or bfloat16 matrix products.
-PRECISIONS = ("fp32", "bf16")
 
 
 class StackedDQN(StackedLearner):

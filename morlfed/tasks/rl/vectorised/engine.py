@@ -65,10 +65,8 @@ def stacked_algorithm(
     :param seed: the run's root seed (the shared init seed derives from it)
     :param total_steps: each client's whole budget (DQN's epsilon schedule): one for all, or ``[n]``
     :param device: torch device of the stacked networks
-    :param precision: ``fp32``, or ``bf16`` for bfloat16 matrix products (DQN only)
+    :param precision: ``fp32``, or ``bf16`` for bfloat16 matrix products
     """
-    if precision != "fp32" and spec.agent != "dqn":
-        raise ValueError(f"precision={precision} is implemented for DQN agents; env {spec.name} uses {spec.agent}")
     if spec.agent not in AGENTS:
         raise ValueError(
             f"the vectorised engine trains {' and '.join(AGENTS)} agents; env {spec.name} uses {spec.agent}"
@@ -79,7 +77,7 @@ def stacked_algorithm(
         learner: StackedLearner = StackedDQN(n, agent, device, precision)
         return agent, learner, EpsilonGreedy.of(agent, learner, total_steps)
     assert isinstance(agent, DDPG), f"agent {spec.agent!r} built a {type(agent).__name__}"
-    learner = StackedDDPG(n, agent, device)
+    learner = StackedDDPG(n, agent, device, precision)
     return agent, learner, ActionNoise.of(agent, learner, spec.agent_kwargs.get("action_noise_std"))
 
 
@@ -129,8 +127,8 @@ class VectorisedClients(RLFitReport, Client):
     :param torch_threads: torch intra-op threads
     :param device: ``"cpu"`` or ``"cuda"``: where the stacked networks, replay and updates live
         (envs and evaluation run on the CPU)
-    :param precision: the gradient step's arithmetic: ``fp32`` or ``bf16`` (DQN's matrix products
-        in bfloat16; :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`)
+    :param precision: the gradient step's arithmetic: ``fp32`` or ``bf16`` (the hidden layers'
+        matrix products in bfloat16; :class:`~morlfed.tasks.rl.vectorised.dqn.StackedDQN`)
     :param streams: for a batch whose clients belong to several runs
         (:meth:`~morlfed.tasks.rl.vectorised.factory.VectorisedClientFactory.batch_host`): client ``cid`` here is client ``streams[cid][1]``
         of the run whose root seed is ``streams[cid][0]``; its every seed and its initial network are
