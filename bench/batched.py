@@ -1,6 +1,6 @@
 """Throughput of K runs trained as one batch against the same K runs one after another (CPU).
 
-K small mo-lunar-lander runs (FedAvg, seeds 0..K-1, the vectorised engine in float32, one
+K small mo-lunar-lander runs (FedAvg, seeds 0..K-1, the vectorised engine in ``--precision``, one
 evaluation episode, ``learning_starts`` reduced so that gradient steps are measured) are run twice,
 each way in its own Python process: one after another with :func:`morlfed.experiment.run`, and as
 one batch with :func:`morlfed.experiment.batch.run_batch`. Both ways write the same run
@@ -11,6 +11,7 @@ to the sequential ones'.
 
     python bench/batched.py                          # 4 runs x 2 clients x 2 rounds x 1000 steps
     python bench/batched.py --runs 8 --steps 500     # more runs, shorter
+    python bench/batched.py --runs 3 --clients 10 --rounds 1 --steps 2000 --precision bf16  # the spec's precision
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ from morlfed.tasks.rl.task import RLTask
 
 
 def experiment(seed: int, args: argparse.Namespace) -> Experiment:
-    """One of the K runs: mo-lunar-lander, FedAvg, the vectorised engine on the CPU in float32.
+    """One of the K runs: mo-lunar-lander, FedAvg, the vectorised engine on the CPU in ``args.precision``.
 
     :param seed: the run's seed
     :param args: the command line
     """
     spec = get_spec("mo-lunar-lander")
     spec = spec.replace(eval_episodes=1, agent_kwargs={**spec.agent_kwargs, "learning_starts": args.learning_starts})
-    task = RLTask.create(spec, args.clients, seed, engine="vectorised", device="cpu", precision="fp32")
+    task = RLTask.create(spec, args.clients, seed, engine="vectorised", device="cpu", precision=args.precision)
     settings = Settings(n_clients=args.clients, rounds=args.rounds, local_steps=args.steps, seed=seed, progress=False)
     return build_experiment(task, FedAvg(), settings, executor="sequential", executor_options={})
 
@@ -79,6 +80,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per run (default: 2)")
     parser.add_argument("--steps", type=int, default=1000, help="local env steps per client and round (default: 1000)")
     parser.add_argument("--learning-starts", type=int, default=200, help="the spec's learning_starts (default: 200)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help="(default: fp32)")
     parser.add_argument("--way", choices=("batched", "sequential"), help=argparse.SUPPRESS)  # one measurement
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -98,7 +100,8 @@ def main() -> None:
             for s in range(args.runs)
         )
     print(
-        f"{args.runs} runs x {args.clients} clients x {args.rounds} rounds x {args.steps} steps, mo-lunar-lander, cpu"
+        f"{args.runs} runs x {args.clients} clients x {args.rounds} rounds x {args.steps} steps, mo-lunar-lander, "
+        f"cpu, {args.precision}"
     )
     print(f"{'way':<11} {'seconds':>8} {'env steps':>10} {'steps/s':>8}")
     for way, f in figures.items():
