@@ -5,7 +5,8 @@ distributions, client counts and rounds, a "+FT" run) writes exactly the final.c
 alone, on the CPU; a run whose strategy raises fails alone and a run whose client diverges (NaN)
 leaves the others bit-identical; a signal stops the whole batch, each run keeping its checkpoint;
 incompatible runs never share a batch; the command line's batched sweep writes every run
-directory, and a stopped campaign continues with ``resume=SWEEP_DIR`` to the uninterrupted numbers.
+directory, and a stopped campaign continues with ``resume=SWEEP_DIR`` to the uninterrupted numbers;
+the batch shows one progress bar over all its runs.
 """
 
 from __future__ import annotations
@@ -39,13 +40,19 @@ HOW_IT_RAN = {"wall_time_s", "executor", "workers", "batch_runs"}
 
 
 def experiment(
-    seed: int, strategy: Any, n_clients: int = 3, dist: str = "equidistant", rounds: int = 2, **settings: Any
+    seed: int,
+    strategy: Any,
+    n_clients: int = 3,
+    dist: str = "equidistant",
+    rounds: int = 2,
+    progress: bool = False,
+    **settings: Any,
 ) -> Experiment:
     """A tiny deep-sea-treasure run on the vectorised engine (200 random steps, then training from round 2)."""
     task = RLTask.create(
         "deep-sea-treasure", n_clients, seed, dist, engine="vectorised", device="cpu", precision="fp32"
     )
-    fed = Settings(n_clients=n_clients, rounds=rounds, local_steps=200, seed=seed, progress=False, **settings)
+    fed = Settings(n_clients=n_clients, rounds=rounds, local_steps=200, seed=seed, progress=progress, **settings)
     return build_experiment(task, strategy, fed, executor="sequential")
 
 
@@ -134,6 +141,15 @@ def test_a_failing_run_fails_alone(alone: Path, tmp_path: Path) -> None:
     assert_same_run(tmp_path / "ok", alone / "fedpref-0")
     assert isinstance(results[2], dict)  # a diverging client is left out of its rounds, as in a run alone
     assert "non-finite parameters" in (tmp_path / "nan" / "rounds.csv").read_text()
+
+
+def test_a_batch_shows_one_progress_bar_over_all_its_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plans = [experiment(0, FedAvg(), progress=True), experiment(1, FedPref(), n_clients=2, rounds=3, progress=True)]
+    run_batch(plans, [tmp_path / "a", tmp_path / "b"])
+    err = capsys.readouterr().err
+    # 2 rounds x 3 clients and 3 rounds x 2 clients of 200 steps: 2 400 env steps, all shown by the end
+    assert "2/2 runs trained" in err and "2.40k/2.40k" in err
+    assert err.count("estimated time of its rounds") == 1
 
 
 def test_a_signal_stops_the_whole_batch_each_run_keeping_its_checkpoint(tmp_path: Path) -> None:

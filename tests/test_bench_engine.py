@@ -11,12 +11,8 @@ from conftest import load_bench
 
 def test_bf16_measures_the_vectorised_engine_alone(monkeypatch, capsys):
     bench = load_bench("engine")
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        ["engine.py", "--envs", "deep-sea-treasure", "--workers", "1", "--clients", "2", "--repeats", "1"]
-        + ["--steps", "deep-sea-treasure=60", "--precision", "bf16"],
-    )
+    args = "--envs deep-sea-treasure --workers 1 --clients 2 --repeats 1 --steps deep-sea-treasure=60 --precision bf16"
+    monkeypatch.setattr(sys, "argv", ["engine.py", *args.split()])
     threads = torch.get_num_threads()
     try:
         bench.main()

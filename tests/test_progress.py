@@ -3,7 +3,7 @@
 Within seconds of launch its directory, budget, engine, executor, threads and cores; after its first
 round an estimate of the time; a progress bar that counts env steps and moves as each client's fit
 comes back, and while an engine's batch of clients still trains, starting at the rounds done when
-the run is resumed.
+the run is resumed; a batch of runs has one bar over all their budgets.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from test_executors import CountingClient
 
 from morlfed import envs
-from morlfed.core.progress import RoundBudgets, RoundProgress, StepReporter, duration
+from morlfed.core.progress import BatchProgress, RoundBudgets, RoundProgress, StepReporter, duration
 from morlfed.core.protocol import FitResult, FitTask
 from morlfed.runtime.executors import Executor, ProcessExecutor, SequentialExecutor
 from morlfed.tasks.rl.vectorised.factory import VectorisedClientFactory
@@ -147,3 +147,34 @@ def test_round_budgets_add_up_in_closed_form_as_a_list_of_rounds_would() -> None
         for last in range(0, 7):
             assert budgets.total(first, last) == sum(listed[first - 1 : last])
     assert budgets.total() == 2100 and RoundBudgets(3, 10**12, 3).total() == 3 * 10**12  # no loop over the rounds
+
+
+def test_a_batch_bar_counts_every_runs_remaining_rounds_and_the_runs_done(capsys):
+    # run 0: 2 rounds of 30 steps from round 1; run 1: resumed after round 1 of 3 rounds of 20
+    budgets = [RoundBudgets(30, 2, 30), RoundBudgets(20, 3, 20)]
+    with BatchProgress(budgets, [1, 2], "env steps") as progress:
+        assert (progress.bar.total, progress.bar.n, progress.bar.desc) == (60 + 40, 0, "0/2 runs trained")
+        progress.begin_round([0, 1])
+        progress.steps(45)
+        progress.steps(1000)  # never past the round's budget (30 + 20)
+        assert progress.bar.n == 50
+        progress.round_done()
+        assert progress.bar.n == 50 and progress.bar.desc == "0/2 runs trained"
+        progress.begin_round([0, 1])
+        progress.round_done()
+        assert (progress.bar.n, progress.bar.desc) == (100, "2/2 runs trained")
+    err = capsys.readouterr().err
+    assert err.count("estimated time of its rounds") == 1  # once, after the batch's first round
+
+
+def test_a_failed_run_leaves_the_batch_bar_with_its_remaining_rounds():
+    budgets = [RoundBudgets(30, 3, 30), RoundBudgets(20, 3, 20)]
+    with BatchProgress(budgets, [1, 1], "env steps", enabled=False) as progress:
+        progress.begin_round([0, 1])
+        progress.round_done(failed={1})  # run 1 failed in round 1: its rounds 2 and 3 go
+        assert (progress.total, progress.shown, progress.bar.desc) == (90 + 20, 50, "1/2 runs trained")
+        progress.begin_round([0])
+        progress.round_done()
+        progress.begin_round([0])
+        progress.round_done()
+        assert (progress.total, progress.shown, progress.bar.desc) == (110, 110, "2/2 runs trained")

@@ -4,7 +4,8 @@
 vision) and advances as each client's fit comes back, so a long round visibly moves; its label
 says the rounds done (``4/20 rounds``), also for a resumed run, which starts at its rounds done.
 After the first round of this process it prints, once, an estimate of the time all its rounds take
-(also in ``run.log``).
+(also in ``run.log``). :class:`BatchProgress` is the same for several runs trained as one batch:
+one bar over all their budgets, labelled with the runs done (``3/12 runs trained``).
 """
 
 from __future__ import annotations
@@ -197,4 +198,105 @@ class RoundProgress:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         """Close the bar, whether or not the rounds ended with an exception (which propagates)."""
+        self.bar.close()
+
+
+class BatchProgress:
+    """The progress bar of several runs trained as one batch (a context manager that closes it).
+
+    One bar counts the budgets of every run's remaining rounds together. It moves while the batch
+    trains (the engine's step reports) and by the rest of each round's budget when the round ends;
+    its label says how many runs have trained all their rounds (or failed). After the batch's first
+    round it prints, once, an estimate of the time the batch's rounds take. A run that fails drops
+    its remaining rounds from the bar.
+
+    :param budgets: each run's round budgets (participants x local steps), rounds 1..R
+    :param start_rounds: each run's first round in this process (a resumed run: after its checkpoint)
+    :param unit: what the budgets count (the runs' ``budget_unit``)
+    :param enabled: show the bar; the estimate is printed either way
+    """
+
+    def __init__(self, budgets: list[RoundBudgets], start_rounds: list[int], unit: str, enabled: bool = True) -> None:
+        if len(budgets) != len(start_rounds):
+            raise ValueError(f"{len(budgets)} runs' budgets but {len(start_rounds)} start rounds")
+        self.budgets, self.next = budgets, list(start_rounds)
+        #: the budget the bar counts (less the rounds of failed runs) and the part of it shown
+        self.total, self.shown = sum(b.total(start) for b, start in zip(budgets, start_rounds, strict=True)), 0
+        self.bar = tqdm(
+            total=self.total,
+            desc=self._label(),
+            unit=f" {unit}",
+            unit_scale=True,
+            disable=not enabled,
+            file=sys.stderr,
+        )
+        self._started = time.perf_counter()
+        self._estimated = False
+        self._running: list[int] = []
+        #: the running round's budget, all its runs together, and the part of it already shown
+        self._left = self._provisional = 0
+
+    def _label(self) -> str:
+        done = sum(start > b.rounds for b, start in zip(self.budgets, self.next, strict=True))
+        return f"{done}/{counted(len(self.budgets), 'run')} trained"
+
+    def begin_round(self, runs: list[int]) -> None:
+        """The batch starts a round of ``runs`` (each at its own next round).
+
+        :param runs: the indices of the runs in the round
+        """
+        self._running = list(runs)
+        self._left = sum(self.budgets[i].of(self.next[i]) for i in runs)
+        self._provisional = 0
+
+    def steps(self, amount: int) -> None:
+        """The batch reported ``amount`` more env steps while it trains: move the bar, never past the round's budget.
+
+        :param amount: env steps since the batch's last report, all its clients together
+        """
+        amount = max(0, min(amount, self._left - self._provisional))
+        self._provisional += amount
+        self._show(amount)
+
+    def _show(self, amount: int) -> None:
+        self.shown += amount
+        self.bar.update(amount)
+
+    def round_done(self, failed: set[int] | frozenset[int] = frozenset()) -> None:
+        """The round has ended: show the rest of its budget, advance its runs and relabel the bar.
+
+        After the batch's first round (unless no round is left) also print the estimate.
+
+        :param failed: the indices of the runs that failed (their remaining rounds leave the bar)
+        """
+        self._show(self._left - self._provisional)
+        for index in self._running:
+            self.next[index] += 1
+        dropped = 0
+        for index in failed:
+            budget = self.budgets[index]
+            dropped += budget.total(self.next[index])
+            self.next[index] = budget.rounds + 1
+        if dropped:
+            self.total -= dropped
+            self.bar.total = self.total
+        self.bar.set_description_str(self._label(), refresh=True)
+        left = self.total - self.shown
+        if not self._estimated and left > 0:
+            self._estimated = True
+            seconds = time.perf_counter() - self._started
+            rest = left / max(1, self._left) * seconds
+            self.bar.write(
+                f"morlfed: the batch's first round took {duration(seconds)}; estimated time of its rounds: "
+                f"about {duration(seconds + rest)} ({duration(rest)} more)",
+                file=sys.stderr,
+            )
+        self._running, self._left, self._provisional = [], 0, 0
+
+    def __enter__(self) -> BatchProgress:
+        """Return the progress bar itself; the bar was opened by the constructor."""
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Close the bar, whether or not the batch ended with an exception (which propagates)."""
         self.bar.close()

@@ -31,6 +31,7 @@ from typing import Any
 from morlfed.core.interrupt import RunStopped, StopNow, StopSignals
 from morlfed.core.logscope import run_scope
 from morlfed.core.parallelism import free_memory
+from morlfed.core.progress import BatchProgress
 from morlfed.core.settings import ConfigError
 from morlfed.experiment.experiment import Experiment
 from morlfed.experiment.runner import (
@@ -44,6 +45,7 @@ from morlfed.experiment.runner import (
 )
 from morlfed.federation import Federation, FederationOutcome
 from morlfed.federation.coordinator import Coordinator
+from morlfed.federation.round import round_budgets
 from morlfed.runtime.executors.shared import BatchFactory, RunView, shared_host
 from morlfed.storage.runlock import LOCK, run_dir_lock
 from morlfed.tracking import Tracker
@@ -175,11 +177,18 @@ def carry_out_batch(
                     if index in trackers:
                         trackers.pop(index).close(failed=True)
         going = sorted(federations)
+        progress = BatchProgress(
+            [round_budgets(federations[i].cfg) for i in going],
+            [federations[i].start_round for i in going],
+            federations[going[0]].cfg.budget_unit if going else "",  # no run left: an empty bar
+            any(federations[i].cfg.progress for i in going),
+        )
         coordinator = Coordinator(
-            [federations[i] for i in going], stop, lambda k: run_scope(scope_name(runs[going[k]].out))
+            [federations[i] for i in going], stop, lambda k: run_scope(scope_name(runs[going[k]].out)), progress
         )
         try:
-            outcomes = coordinator.run()
+            with progress:
+                outcomes = coordinator.run()
         except (RunStopped, StopNow) as exc:
             for k, index in enumerate(going):  # a run that failed or finished before the signal is left as it is
                 run, result = runs[index], coordinator.results.get(k)

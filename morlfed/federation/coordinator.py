@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 
 from morlfed.core.interrupt import StopSignals
+from morlfed.core.progress import BatchProgress
 from morlfed.core.protocol import FitTask
 from morlfed.federation.config import FederationOutcome
 from morlfed.federation.loop import Federation
@@ -36,6 +37,7 @@ class Coordinator:
     :param stop: the signal handling for the whole batch (the callers' own, entered by them)
     :param scope: the context each run's phases run in, by the run's index (its log lines go to its
         own ``run.log``: :func:`morlfed.core.logscope.run_scope`); by default none
+    :param progress: the batch's progress bar, which the rounds move (by default none)
     :raises ValueError: a federation whose executor is not a view of the shared host
     """
 
@@ -44,6 +46,7 @@ class Coordinator:
         federations: Sequence[Federation],
         stop: StopSignals,
         scope: Callable[[int], AbstractContextManager[None]] | None = None,
+        progress: BatchProgress | None = None,
     ) -> None:
         self.federations = list(federations)
         #: each run's view onto the shared host
@@ -52,6 +55,7 @@ class Coordinator:
             raise ValueError("a coordinator runs federations whose executors are views of one shared host")
         self.stop = stop
         self.scope = scope or (lambda _run: contextlib.nullcontext())
+        self.progress = progress
         #: each run's result once it has one
         self.results: dict[int, RunResult] = {}
         self._next = [f.start_round for f in self.federations]
@@ -89,12 +93,17 @@ class Coordinator:
         for index in active:
             with self._phase(index):
                 tasks[index] = self.federations[index].begin(self._next[index])
+        if self.progress is not None:
+            self.progress.begin_round(list(tasks))
+        on_steps = None if self.progress is None else self.progress.steps
         with self.stop.interruptible():
-            outcomes = fit_together([(self.views[i], tasks[i]) for i in tasks])
+            outcomes = fit_together([(self.views[i], tasks[i]) for i in tasks], on_steps)
         for index, outcome in zip(list(tasks), outcomes, strict=True):
             with self._phase(index):
                 self.federations[index].end(self._next[index], outcome)
             self._next[index] += 1
+        if self.progress is not None:
+            self.progress.round_done({i for i in active if isinstance(self.results.get(i), Exception)})
 
     @contextlib.contextmanager
     def _phase(self, index: int) -> Iterator[None]:
