@@ -125,6 +125,13 @@ def test_ctrl_c_in_round_2_stops_at_once_then_resume_equals_uninterrupted(whole,
     assert (stopped / "clusters.jsonl").read_text() == (whole_dir / "clusters.jsonl").read_text()
 
 
+def test_a_resume_writes_no_clusters_log_for_a_strategy_without_clusters(tmp_path):
+    # FedAvg's checkpoint keeps an empty clusters.jsonl: its uninterrupted run directory has none
+    Recorder(RunDirectory(tmp_path)).restore({"logs": {"rounds.csv": "round,seconds\n1,0.5\n", "clusters.jsonl": ""}})
+    assert (tmp_path / "rounds.csv").read_text() == "round,seconds\n1,0.5\n"
+    assert not (tmp_path / "clusters.jsonl").exists()
+
+
 def test_client_state_round_trips_exactly():
     a, fresh, restored = FACTORY(0), FACTORY(0), FACTORY(0)
     first = a.fit(FitTask(params=a.initial_params(), round=1))

@@ -102,7 +102,8 @@ class Recorder:
         rounds, clusters = state["logs"]["rounds.csv"], state["logs"]["clusters.jsonl"]
         self.run_dir.restore_logs(csv_rows(rounds), clusters.splitlines())
         self.run_dir.write_text("rounds.csv", rounds)
-        self.run_dir.write_text("clusters.jsonl", clusters)
+        if clusters:  # a strategy without clusters never writes the file: neither does its resume
+            self.run_dir.write_text("clusters.jsonl", clusters)
 
     # ------------------------------------------------------------------------------------------
     # the events
