@@ -4,7 +4,7 @@ One gradient step on a fixed minibatch equals ``DDPG.train(gradient_steps=1)`` c
 (actor, critic, both targets, Adam moments, the losses), with masked clients untouched, with
 FedProx's proximal wrapper installed as the SB3 client installs it, and on the GPU when there is
 one; the flat layout and shared initial vector are the SB3 client's; a NaN in one client's batch
-stays there; the exploration helpers are SB3's ``_sample_action``.
+stays there, in float32 and in bfloat16; the exploration helpers are SB3's ``_sample_action``.
 """
 
 from __future__ import annotations
@@ -173,10 +173,11 @@ def test_layout_and_initial_vector_are_the_sb3_clients(spec: envs.EnvSpec, env: 
         assert torch.equal(learner.read(i), client.initial_params())
 
 
-def test_nan_in_one_client_stays_there(spec: envs.EnvSpec, env: gym.Env) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_nan_in_one_client_stays_there(spec: envs.EnvSpec, env: gym.Env, precision: str) -> None:
     runs = []
     for poison in (False, True):
-        learner = StackedDDPG(N, ddpg_template(spec, env))
+        learner = StackedDDPG(N, ddpg_template(spec, env), precision=precision)
         centre = torch.stack([learner.read(0) - 0.1] * N)
         for step in range(2):
             batch = make_batch(step)
