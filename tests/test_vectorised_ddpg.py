@@ -204,7 +204,7 @@ def pendulum_agent(net_arch: list[int]) -> DDPG:
         return DDPG("MlpPolicy", "Pendulum-v1", policy_kwargs={"net_arch": net_arch}, device="cpu")
 
 
-@pytest.mark.parametrize("case", ["lunar-32-32", "lunar-17-5", "pendulum-8"])
+@pytest.mark.parametrize("case", ["lunar-32-32", "lunar-17-5", "lunar-400-300", "pendulum-8"])
 def test_a_clients_step_does_not_depend_on_its_batch(spec: envs.EnvSpec, env: gym.Env, case: str) -> None:
     """Client 2 trained with two other clients (every mask) equals client 2 trained alone, bit for bit.
 

@@ -19,7 +19,7 @@ parameters and gradients live in :func:`aligned_rows`, products write aligned bl
 (:func:`batched_matmul`), and an operand with a block off a boundary is copied into aligned blocks
 first (a layer's weight is copied when the layers before it hold a number of parameters that is
 not a multiple of 16). A layer with a single output (a critic's Q-value), which MKL computes
-differently for a batch of one, is an element-wise product and a sum. (Element-wise operations
+differently for a batch of one, is one matrix-vector product per client. (Element-wise operations
 and reductions do not depend on alignment.)
 """
 
@@ -171,23 +171,25 @@ def _cast(x: torch.Tensor, dtype: torch.dtype, workspace: Workspace | None, key:
     return workspace.take(key, x, x.shape[1], x.shape[2], dtype).copy_(x)
 
 
-def _product_sum(
-    x: torch.Tensor, y: torch.Tensor, dim: int, workspace: Workspace | None, key: tuple[str, int]
-) -> torch.Tensor:
-    """``(x * y).sum(dim, keepdim=True)`` (one of them ``[N, B, width]``, the other broadcast to it).
+def _single_output(x: torch.Tensor, y: torch.Tensor, dim: int) -> torch.Tensor:
+    """``(x * y).sum(dim, keepdim=True)``, the products of a layer with one output.
 
-    With a workspace on the CPU, client by client through one client's buffer for ``key``, which the
-    core's cache holds from the product to the sum (the same sums: each client's are its own); else at
-    once (a GPU would launch a kernel per client, and its caching allocator makes a new tensor cheap).
+    ``dim=2``: the layer's outputs, ``x`` its ``[N, B, width]`` inputs and ``y`` its ``[N, 1, width]``
+    weight; ``dim=1``: its weight gradient, ``x`` the ``[N, B, 1]`` output gradients and ``y`` the
+    inputs. On the CPU one matrix-vector product per client, whose operands are that client's alone,
+    so its result does not depend on the batch (a batched product of one output column does); else
+    at once, element-wise (a GPU would launch a kernel per client).
     """
-    if workspace is None or x.device.type != "cpu":
+    if x.device.type != "cpu":
         return (x * y).sum(dim=dim, keepdim=True)
-    shape = [x.shape[0], max(x.shape[1], y.shape[1]), max(x.shape[2], y.shape[2])]
-    buffer = workspace.take(key, x[:1], shape[1], shape[2])[0]
-    shape[dim] = 1
-    result = torch.empty(shape, device=x.device, dtype=x.dtype)
+    if dim == 2:
+        result = torch.empty(x.shape[0], x.shape[1], 1, device=x.device, dtype=x.dtype)
+        for row, x_row, y_row in zip(result.unbind(0), x.unbind(0), y.unbind(0)):
+            torch.mv(x_row, y_row[0], out=row[:, 0])
+        return result
+    result = torch.empty(y.shape[0], 1, y.shape[2], device=y.device, dtype=y.dtype)
     for row, x_row, y_row in zip(result.unbind(0), x.unbind(0), y.unbind(0)):
-        torch.sum(torch.mul(x_row, y_row, out=buffer), dim=dim - 1, keepdim=True, out=row)
+        torch.mv(y_row.t(), x_row[:, 0], out=row[0])
     return result
 
 
@@ -261,14 +263,17 @@ class StackedMLP:
         """
         saved: list[torch.Tensor] = []
         own = False  # whether x is a tensor this pass made (activations then work in place)
+        activated = False  # whether x already holds the ReLU of the layer before (fused into its bias)
         for index, layer in enumerate(self.layers):
             if isinstance(layer, _Linear) and x.dtype != params[layer.weight].dtype:
                 x = _cast(x, params[layer.weight].dtype, workspace, ("cast", index))
             if keep:
                 saved.append(x)
-            if isinstance(layer, _Linear) and layer.single:
-                # a product and a sum, not a matrix-vector product: see the module docstring
-                x = _product_sum(x, params[layer.weight], 2, workspace, ("product", index))
+            if activated:  # this ReLU's output is x, which backward reads
+                activated = False
+            elif isinstance(layer, _Linear) and layer.single:
+                # one matrix-vector product per client: see the module docstring
+                x = _single_output(x, params[layer.weight], 2)
                 if layer.bias is not None:
                     x = x + params[layer.bias].unsqueeze(1)
             elif isinstance(layer, _Linear):
@@ -277,7 +282,10 @@ class StackedMLP:
                 out = None
                 if workspace is not None:
                     out = workspace.take(("forward", index), x, x.shape[1], weight.shape[1])
-                x = batched_matmul(x, weight.transpose(1, 2), bias, out)
+                activated = bias is not None and self._fuses(index, x)
+                x = batched_matmul(x, weight.transpose(1, 2), None if activated else bias, out)
+                if activated and bias is not None:
+                    torch.ops.aten._add_relu_.Tensor(x, bias.unsqueeze(1))
             elif own:  # backward reads an activation's output only, so its input may be overwritten
                 x = x.clamp_min_(0.0) if isinstance(layer, nn.ReLU) else x.tanh_()
             else:
@@ -286,6 +294,16 @@ class StackedMLP:
         if keep:
             saved.append(x)
         return x, saved
+
+    def _fuses(self, index: int, x: torch.Tensor) -> bool:
+        """Whether linear layer ``index`` adds its bias and the ReLU after it in one pass, on ``x``.
+
+        One pass over the product (``_add_relu_``, float32 on the CPU) instead of ``baddbmm``'s bias
+        fill before it and the activation's pass after it. The sum is rounded after the product, not
+        accumulated into it: the same bits for layers of up to 300 inputs, others for wider ones.
+        """
+        following = self.layers[index + 1] if index + 1 < len(self.layers) else None
+        return isinstance(following, nn.ReLU) and x.device.type == "cpu" and x.dtype == torch.float32
 
     def forward_numpy(self, params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
         """:meth:`forward` in numpy, for CPU parameters and tiny batches (a greedy action per client).
@@ -370,7 +388,7 @@ class StackedMLP:
                     own = True
                 if out is not None:
                     if layer.single:
-                        out[layer.weight].copy_(_product_sum(grad, x, 1, workspace, ("product", index)))
+                        out[layer.weight].copy_(_single_output(grad, x, 1))
                     else:
                         batched_matmul(grad.transpose(1, 2), x, out=out[layer.weight])
                     if layer.bias is not None and grad.dtype == out[layer.bias].dtype:
