@@ -18,12 +18,12 @@ from morlfed.envs import get_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Each environment's published threshold selection (docs/results/<folder>/summary.csv).
-SELECTIONS = {"mo-lunar-lander": "mo-lunar-lander-fedpref-threshold"}
+SELECTIONS = {"mo-lunar-lander": "mo-lunar-lander-fedpref-threshold", "minecart": "minecart-fedpref-threshold"}
 
 
 @pytest.mark.parametrize(
     ("env", "eps", "patience"),
-    [("deep-sea-treasure", 0.1, 2), ("mo-lunar-lander", 0.3, 2), ("minecart", 0.1, 2)],
+    [("deep-sea-treasure", 0.1, 2), ("mo-lunar-lander", 0.3, 2), ("minecart", 0.3, 2), ("mo-halfcheetah", 0.1, 2)],
 )
 def test_a_run_takes_its_env_specs_threshold_and_the_command_line_overrides_it(env, eps, patience):
     algo = compose_config([f"env={env}", "algo=fedpref"]).algo
