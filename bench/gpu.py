@@ -1,4 +1,4 @@
-"""The prepared GPU measurement (issue 47): where a lockstep step's time goes on a device, and the goals.
+"""The prepared GPU measurement: where a lockstep step's time goes on a device, and the goals.
 
 One call on a machine with a GPU runs every part and writes what it measures under ``--out``:
 

@@ -9,7 +9,7 @@ frees the tasks, and times ``aggregate``. Peak memory is the process' peak resid
 (``ru_maxrss``; torch allocations are invisible to tracemalloc), shown next to the resident size
 just before ``aggregate`` (which already holds the N reported models).
 
-Targets (issue 6): fedpref at N = 1000, d = 1e5, R = 0.1 under 10 s and under 4 GiB.
+Targets: fedpref at N = 1000, d = 1e5, R = 0.1 under 10 s and under 4 GiB.
 
     python bench/server.py                                  # fedpref, cfl, matfl, fedfew; N = 10, 100, 1000; d = 1e4, 1e5
     python bench/server.py --strategies all --n 10 --d 1e4  # every registered strategy, one size

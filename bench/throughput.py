@@ -11,7 +11,7 @@ env spec's hyper-parameters on ``LinearReward(mo_gymnasium.make(...))`` and time
 ``learn(rounds x local_steps)`` of each, one after another. Every process uses one torch thread
 per client computation.
 
-Targets (issue 6, on a 2-core machine): ``process`` at least 1.7x ``sequential``; ``sequential``
+Targets (on a 2-core machine): ``process`` at least 1.7x ``sequential``; ``sequential``
 within 10% of the plain SB3 reference.
 
     python bench/throughput.py                                   # 8 clients, 3 rounds x 2000 steps, all executors

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md")])
+DOCS = sorted(
+    [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "bench" / "README.md", *(ROOT / "docs").rglob("*.md")]
+)
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 #: Phrases of internal voice: the issue tracker, the machine a session ran on, paths outside the repository.
 INTERNAL = re.compile(
-    r"[Tt]he issue('s| (asks|says|wants|measured))|this 2-core machine|this session|the session that|shared/papers|\.\./shared/"
+    r"[Tt]he issue('s| (asks|says|wants|measured))|\b[Ii]ssues? #?[0-9]+|this 2-core machine|this session|the session that|shared/papers|\.\./shared/"
 )
 
 

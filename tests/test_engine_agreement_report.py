@@ -152,7 +152,7 @@ def _both_equivalent(verdicts: dict[str, str]) -> bool:
 
 
 def test_a_spec_says_vectorised_only_where_the_committed_study_found_equivalence(study: ModuleType) -> None:
-    # the rule: an env spec's engine follows the committed verdicts, both ways (a spec may
+    # the rule: an env spec's engine follows the committed verdicts, both ways (a spec may
     # not say vectorised without them, nor stay sb3 once both reduced-budget rows are equivalent)
     verdicts = _validated(study, "vectorised")
     assert any(_both_equivalent(v) for v in verdicts.values())  # the committed table has verdicts to follow
