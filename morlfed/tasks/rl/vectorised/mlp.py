@@ -4,10 +4,12 @@ The MLP is an ``nn.Sequential`` of ``Linear`` layers and ReLU / Tanh activations
 
 Every client's parameters are one row of an ``[N, d]`` tensor in a
 :class:`~morlfed.core.params.ParamLayout`'s order; a linear layer is one batched matrix product over
-the clients (``baddbmm`` on ``[N, out, in]`` weights). :meth:`StackedMLP.backward` writes the
-gradients straight into an ``[N, d]`` buffer: the same gradients autograd computes through the
-SB3 module (checked against SB3 in ``tests/test_vectorised_dqn.py``) without building a graph,
-which is most of the cost of a step for networks this small. Clients never mix: row ``i`` of every
+the clients (``baddbmm`` on ``[N, out, in]`` weights; in float32 on the CPU, a layer followed by a
+ReLU is ``bmm`` and one pass that adds the bias and applies the ReLU: :meth:`StackedMLP._fuses`).
+:meth:`StackedMLP.backward` writes the gradients straight into an ``[N, d]`` buffer: the same
+gradients autograd computes through the SB3 module (checked against SB3 in
+``tests/test_vectorised_dqn.py``) without building a graph, which is most of the cost of a step
+for networks this small. Clients never mix: row ``i`` of every
 result depends on row ``i`` of the inputs only.
 
 **The same bits in any batch.** On the CPU, MKL's result for one client's matrix product depends
