@@ -16,10 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TypeVar
 
 from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
+_Bar = TypeVar("_Bar", bound="_StepBar")
 
 
 def counted(n: int, noun: str) -> str:
@@ -116,7 +118,42 @@ class StepReporter:
             self.pending = 0
 
 
-class RoundProgress:
+class _StepBar:
+    """A tqdm bar over round budgets that a training batch moves before its results come back.
+
+    The shared part of :class:`RoundProgress` and :class:`BatchProgress` (a context manager that
+    closes the bar): :meth:`steps` shows the env steps a batch reports while it trains, never past
+    the running round's budget (``_left``), and counts them in ``_provisional`` so that the round's
+    results later move the bar only by the rest.
+    """
+
+    bar: tqdm
+    #: the running round's budget not yet accounted for, and the part of it :meth:`steps` showed
+    _left: int
+    _provisional: int
+
+    def steps(self, amount: int) -> None:
+        """A batch still training reported ``amount`` more env steps: move the bar, never past the round's budget.
+
+        :param amount: env steps taken since the batch's last report, all its clients together
+        """
+        amount = max(0, min(amount, self._left - self._provisional))
+        self._provisional += amount
+        self._show(amount)
+
+    def _show(self, amount: int) -> None:
+        self.bar.update(amount)
+
+    def __enter__(self: _Bar) -> _Bar:
+        """Return the progress bar itself; the bar was opened by the constructor."""
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """Close the bar, whether or not the training ended with an exception (which propagates)."""
+        self.bar.close()
+
+
+class RoundProgress(_StepBar):
     """The progress bar of a run's rounds (a context manager that closes it).
 
     :param budgets: each round's budget (participants x local steps), rounds 1..R
@@ -146,18 +183,6 @@ class RoundProgress:
 
     def _label(self, done: int) -> str:
         return f"{done}/{self.rounds} rounds"
-
-    def steps(self, amount: int) -> None:
-        """A batch still training reported ``amount`` more env steps: move the bar by them.
-
-        Never past the round's budget; the clients' results, when they come, move it only by the
-        rest.
-
-        :param amount: env steps taken since the batch's last report
-        """
-        amount = max(0, min(amount, self._left - self._provisional))
-        self._provisional += amount
-        self.bar.update(amount)
 
     def advance(self, amount: int) -> None:
         """A client's fit came back: move the bar by its budget, less the steps :meth:`steps` already showed.
@@ -192,16 +217,8 @@ class RoundProgress:
             log.info(line)
             self.bar.write(f"morlfed: {line}", file=sys.stderr)
 
-    def __enter__(self) -> RoundProgress:
-        """Return the progress bar itself; the bar was opened by the constructor."""
-        return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        """Close the bar, whether or not the rounds ended with an exception (which propagates)."""
-        self.bar.close()
-
-
-class BatchProgress:
+class BatchProgress(_StepBar):
     """The progress bar of several runs trained as one batch (a context manager that closes it).
 
     One bar counts the budgets of every run's remaining rounds together. It moves while the batch
@@ -249,15 +266,6 @@ class BatchProgress:
         self._left = sum(self.budgets[i].of(self.next[i]) for i in runs)
         self._provisional = 0
 
-    def steps(self, amount: int) -> None:
-        """The batch reported ``amount`` more env steps while it trains: move the bar, never past the round's budget.
-
-        :param amount: env steps since the batch's last report, all its clients together
-        """
-        amount = max(0, min(amount, self._left - self._provisional))
-        self._provisional += amount
-        self._show(amount)
-
     def _show(self, amount: int) -> None:
         self.shown += amount
         self.bar.update(amount)
@@ -292,11 +300,3 @@ class BatchProgress:
                 file=sys.stderr,
             )
         self._running, self._left, self._provisional = [], 0, 0
-
-    def __enter__(self) -> BatchProgress:
-        """Return the progress bar itself; the bar was opened by the constructor."""
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        """Close the bar, whether or not the batch ended with an exception (which propagates)."""
-        self.bar.close()
