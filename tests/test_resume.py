@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
+from morlfed.cli.execute import _start_point
 from morlfed.cli.resume import branch_point, record_sweep_job, resume_argv, sibling_source
 from morlfed.core.interrupt import RunStopped
 from morlfed.core.protocol import FitResult, FitTask
@@ -238,6 +240,39 @@ def test_branch_command_line_reuses_the_saved_overrides(tmp_path):
         resume_argv([f"branch_from={tmp_path}", "algo=cfl"])
     with pytest.raises(ValueError, match="give one of them"):
         resume_argv([f"branch_from={tmp_path}", f"resume={tmp_path}"])
+    # a source that was resumed once: hydra saved its rewritten command line, resume= included
+    (tmp_path / ".hydra" / "overrides.yaml").write_text(f"- algo=fedavg\n- seed=4\n- resume={tmp_path}\n")
+    assert resume_argv([f"branch_from={tmp_path}", "finetune=true"]) == [
+        "algo=fedavg",
+        "seed=4",
+        "finetune=true",
+        f"branch_from={tmp_path}",
+    ]
+    # a branch resumed: it keeps its source, and goes on in place
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("- algo=fedavg\n- finetune=true\n- branch_from=/src\n")
+    assert resume_argv([f"resume={tmp_path}"]) == [
+        "algo=fedavg",
+        "finetune=true",
+        "branch_from=/src",
+        f"resume={tmp_path}",
+        f"hydra.run.dir={tmp_path}",
+    ]
+
+
+def test_a_resumed_branch_goes_on_from_its_own_checkpoint_else_from_its_sources(tmp_path):
+    config = {"algo": "fedavg", "rounds": 3, "finetune": False, "seed": 1, "resume": None, "branch_from": None}
+    config |= {"branch_siblings": False}
+    source, branch = tmp_path / "source", tmp_path / "branch"
+    source.mkdir()
+    (source / "config.yaml").write_text(OmegaConf.to_yaml(config))
+    checkpoint(source, 2)
+    branched = config | {"finetune": True, "branch_from": str(source)}
+    branch.mkdir()
+    (branch / "config.yaml").write_text(OmegaConf.to_yaml(branched))  # killed before its first checkpoint
+    resumed = OmegaConf.create(branched | {"resume": str(branch)})
+    assert _start_point(resumed, branch) == (source / "checkpoints" / "round_2", source)
+    checkpoint(branch, 3)
+    assert _start_point(resumed, branch) == (branch / "checkpoints" / "round_3", None)
 
 
 def test_branch_point_needs_the_same_config_and_a_checkpoint_before_the_last_round(tmp_path):
@@ -320,6 +355,36 @@ def test_branch_with_finetune_equals_the_finetune_run_from_scratch(tmp_path, mor
     done = morlfed_cli([f"branch_from={fresh}", "finetune=false", f"hydra.run.dir={tmp_path / 'no'}"])
     assert done.returncode == 2 and "needs an intact checkpoint from before the last round 3" in done.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_a_run_killed_and_resumed_branches_to_the_finetune_run_from_scratch(tmp_path, morlfed_cli):
+    """A +FT branch of a run that was killed and resumed gives the FedAvg+FT run's exact results.
+
+    A resumed run's saved command line holds its ``resume=``; a campaign's +FT row branches from
+    such a run whenever the plain run was interrupted.
+    """
+    run = ["algo=fedavg", "n_clients=3", "rounds=3", "local_steps=300", "seed=5", "progress=false"]
+    source, fresh, branch = tmp_path / "source", tmp_path / "fresh", tmp_path / "branch"
+    proc = subprocess.Popen(
+        cli(*run, "checkpoint_every=1", f"hydra.run.dir={source}"),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 300
+    while not (source / "checkpoints" / "round_1" / "manifest.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its round-1 checkpoint"
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    assert not (source / "metrics.json").exists(), "the run finished before it was killed"
+    for args in ([f"resume={source}"], [*run, "finetune=true", f"hydra.run.dir={fresh}"]):
+        done = morlfed_cli(args)
+        assert done.returncode == 0, done.stderr[-3000:]
+    done = morlfed_cli([f"branch_from={source}", "finetune=true", f"hydra.run.dir={branch}"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (branch / "final.csv").read_bytes() == (fresh / "final.csv").read_bytes()
+    assert json.loads((branch / "metrics.json").read_text())["branched_from"] == str(source)
 
 
 def alive(pid: int) -> bool:

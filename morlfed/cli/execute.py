@@ -29,7 +29,6 @@ from omegaconf import DictConfig, OmegaConf
 from morlfed.cli.config_groups import help_groups, task_class
 from morlfed.cli.overrides import check_creatable, check_new_run_dir
 from morlfed.cli.resume import (
-    RESUME_OR_BRANCH,
     branch_point,
     record_sweep_job,
     resume_command,
@@ -148,11 +147,11 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
 
     ``resume=RUN_DIR``'s latest (the run continues in place), ``branch_from=RUN_DIR``'s latest
     before its last round, with ``branch_siblings=true`` that of a finished sibling run with the
-    same config (:func:`~morlfed.cli.resume.sibling_source`), or ``(None, None)``. Raises
-    :class:`ConfigError` for a command line or run directory that does not allow it.
+    same config (:func:`~morlfed.cli.resume.sibling_source`), or ``(None, None)``. A resumed run
+    that kept no checkpoint of its own starts again as it first started: a branch (its saved
+    ``branch_from``, or a sibling) from its source's checkpoint. Raises :class:`ConfigError` for a
+    command line or run directory that does not allow it.
     """
-    if cfg.resume and cfg.branch_from:
-        raise ConfigError(RESUME_OR_BRANCH)
     if cfg.resume and Path(cfg.resume).absolute() != out.absolute():
         raise ConfigError(
             f"resume={cfg.resume} writes into the run directory itself; run it as "
@@ -165,9 +164,10 @@ def _start_point(cfg: DictConfig, out: Path) -> tuple[Path | None, Path | None]:
         if cfg.resume:
             checkpoint, refused = resume_point(out, config_yaml)
             for why in refused:  # a damaged later checkpoint: the run goes on from an earlier one
-                where = f"continuing from {checkpoint}" if checkpoint is not None else "starting from the beginning"
+                where = f"continuing from {checkpoint}" if checkpoint is not None else "starting again"
                 log.warning("checkpoint refused: %s; %s", why, where)  # (on the console too)
-            return checkpoint, None
+            if checkpoint is not None:
+                return checkpoint, None
         source = Path(cfg.branch_from) if cfg.branch_from else None
         if source is None and cfg.branch_siblings:
             source = sibling_source(out, config_yaml)
@@ -224,6 +224,8 @@ def prepare(cfg: DictConfig, job: Job, stop: StopSignals, strategy: Strategy | N
                     record_sweep_job(out)
             plan = build_plan(cfg, job.choices, strategy, " ".join(job.overrides))
             checkpoint, source = _start_point(cfg, out)
+            if cfg.branch_from:  # a resumed branch continues in place, and is still a branch of its source
+                plan.run.branched_from = Path(cfg.branch_from).absolute()
     except ConfigError:
         remove_new_run_dir(out)
         raise

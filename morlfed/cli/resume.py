@@ -25,7 +25,7 @@ RESUME_MAY_CHANGE = ("executor", "progress", "checkpoint_every", "branch_sibling
 #: Top-level config keys a branch (``branch_from=``) may change besides :data:`RESUME_MAY_CHANGE`:
 #: settings that act only after the checkpoint it starts from ("+FT" acts in the last round only).
 BRANCH_MAY_CHANGE = ("finetune",)
-#: The error for a command line or config that sets both ``resume`` and ``branch_from``.
+#: The error for a command line that sets both ``resume`` and ``branch_from`` (a resumed branch sets both itself).
 RESUME_OR_BRANCH = "resume= continues a run in place and branch_from= starts a new one from it: give one of them"
 
 
@@ -44,6 +44,9 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
     ``RUN_DIR`` is made absolute. The run's own command line is its saved hydra overrides
     (``RUN_DIR/.hydra/overrides.yaml``) followed by the command line's other overrides, which may
     only set keys of ``may_change`` (or ``hydra.*``) and replace the saved overrides of those keys.
+    A saved ``resume=`` is dropped: it says how the run was last continued, not how it is configured
+    (hydra saves a resumed run's rewritten command line, so a branch of a run that was once resumed
+    would otherwise both resume and branch).
     """
     given = [a for a in argv if _override_key(a) == key]
     if not given:
@@ -61,7 +64,7 @@ def _saved_command_line(argv: list[str], key: str, may_change: tuple[str, ...]) 
             f"{key}= continues a run with its saved configuration; only {', '.join(may_change)} "
             f"may be changed, got {' '.join(bad)}"
         )
-    replaced = {_override_key(a) for a in extra} | {key}
+    replaced = {_override_key(a) for a in extra} | {key, "resume"}
 
     def kept(override: str) -> bool:  # a new executor=<kind> also drops the old kind's options
         k = _override_key(override)

@@ -209,7 +209,8 @@ def open_run(plan: Experiment, out: Path, start: Start) -> Tracker:
     :return: the run's started tracker
     """
     checkpoint, source = start.checkpoint, start.source
-    plan.run.branched_from = source
+    if source is not None:
+        plan.run.branched_from = source
     tracker = start_tracker(plan, out)
     _log_start(plan, out, start)
     for line in launch_summary(plan, out):
