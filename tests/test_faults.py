@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 from morlfed.core.protocol import ClientFailure, FitResult, FitTask
 from morlfed.envs import get_spec
 from morlfed.federation import Federation, FederationConfig, Recorder
-from morlfed.runtime.executors import SequentialExecutor
+from morlfed.runtime.executors import ClientTimeout, SequentialExecutor, alarm
 from morlfed.runtime.faults import Fault, FaultyClientFactory, FaultyHost, parse_faults
 from morlfed.storage.rundir import RunDirectory
 from morlfed.strategies.base import make_strategy
@@ -95,6 +96,20 @@ def failures(row: dict[str, str]) -> dict[int, str]:
 
 
 @pytest.mark.slow
+def test_a_timeout_that_strikes_while_gradients_are_off_does_not_poison_later_fits():
+    """A client's timeout inside ``torch.no_grad()``'s ``__enter__`` leaves gradients as they were.
+
+    There, gradients are off and the ``with`` that would turn them on again is not yet in force;
+    every later fit in the process would fail ("does not require grad").
+    """
+    with pytest.raises(ClientTimeout), alarm(0.2):
+        torch.set_grad_enabled(False)  # where no_grad's __enter__ has got to when the alarm strikes
+        time.sleep(10)
+    assert torch.is_grad_enabled()
+    client = FACTORY(0)
+    client.fit(FitTask(params=client.initial_params(), round=1))  # trains: gradients work
+
+
 def test_sequential_run_survives_an_exception_a_hang_and_nan(tmp_path):
     faults = parse_faults(
         [

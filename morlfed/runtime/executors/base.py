@@ -121,7 +121,9 @@ def alarm(seconds: float | None) -> Iterator[None]:
 
     After the first, it raises again every second until the block ends, in case a library
     swallowed the first one. Uses ``SIGALRM``, so it works in the main thread only; elsewhere it
-    warns once and does not limit the block.
+    warns once and does not limit the block. The block ends with torch's gradient mode as it began:
+    the timeout can strike inside a ``torch.no_grad()``'s ``__enter__``, after it turned gradients
+    off and before its ``with`` took hold, and the process's later fits would then all fail.
 
     :param seconds: the time limit (``None`` or 0: unlimited)
     """
@@ -146,6 +148,7 @@ def alarm(seconds: float | None) -> Iterator[None]:
         if armed[0]:
             raise ClientTimeout(f"timeout after {seconds:g} s")
 
+    grad_enabled = torch.is_grad_enabled()
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
     try:
@@ -154,6 +157,7 @@ def alarm(seconds: float | None) -> Iterator[None]:
         armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0.0)
         signal.signal(signal.SIGALRM, previous)
+        torch.set_grad_enabled(grad_enabled)
 
 
 def describe(exc: BaseException) -> str:
