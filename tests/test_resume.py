@@ -365,16 +365,7 @@ def test_a_run_killed_and_resumed_branches_to_the_finetune_run_from_scratch(tmp_
     """
     run = ["algo=fedavg", "n_clients=3", "rounds=3", "local_steps=300", "seed=5", "progress=false"]
     source, fresh, branch = tmp_path / "source", tmp_path / "fresh", tmp_path / "branch"
-    proc = subprocess.Popen(
-        cli(*run, "checkpoint_every=1", f"hydra.run.dir={source}"),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 300
-    while not (source / "checkpoints" / "round_1" / "manifest.json").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its round-1 checkpoint"
-        time.sleep(0.05)
+    proc = started_until_checkpoint(source, 1, *run, "checkpoint_every=1")
     proc.kill()
     proc.wait()
     assert not (source / "metrics.json").exists(), "the run finished before it was killed"
@@ -399,20 +390,25 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "morlfed.run", *args]
 
 
+def started_until_checkpoint(run_dir: Path, round_: int, *args: str) -> subprocess.Popen:
+    """``python -m morlfed.run ARGS`` into ``run_dir``, running, once its round-``round_`` checkpoint is complete."""
+    proc = subprocess.Popen(
+        cli(*args, f"hydra.run.dir={run_dir}"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / f"round_{round_}" / "manifest.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            f"the run ended before its round-{round_} checkpoint"
+        )
+        time.sleep(0.05)
+    return proc
+
+
 @pytest.mark.slow
 def test_sigkill_mid_run_resumes_from_last_checkpoint(whole, tmp_path):
     whole, whole_dir = whole
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        cli(*CLI_RUN, "checkpoint_every=1", "executor=process", "executor.workers=2", f"hydra.run.dir={killed}"),
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 300
-    while not (killed / "checkpoints" / "round_2" / "manifest.json").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its round-2 checkpoint"
-        time.sleep(0.05)
+    proc = started_until_checkpoint(killed, 2, *CLI_RUN, "checkpoint_every=1", "executor=process", "executor.workers=2")
     workers = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
     proc.kill()
     proc.wait()
