@@ -219,7 +219,8 @@ def open_run(plan: Experiment, out: Path, start: Start) -> Tracker:
     if plan.warning is not None:
         log.warning(plan.warning)  # (on the console too)
     run_dir = RunDirectory(out)
-    if not (start.resumed and checkpoint is not None):  # a resumed run keeps its config.yaml and inputs
+    own_checkpoint = start.resumed and checkpoint is not None and source is None
+    if not own_checkpoint:  # a run resumed from its own checkpoint keeps its config.yaml and inputs
         if not (out / "config.yaml").is_file():  # (one killed before its first checkpoint starts again)
             run_dir.write_text("config.yaml", plan.config_yaml)
         plan.task.write_inputs(run_dir, plan.run)
