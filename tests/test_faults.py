@@ -95,7 +95,6 @@ def failures(row: dict[str, str]) -> dict[int, str]:
     return {int(c): why for c, _, why in (part.partition(":") for part in row["failed"].split(";") if part)}
 
 
-@pytest.mark.slow
 def test_a_timeout_that_strikes_while_gradients_are_off_does_not_poison_later_fits():
     """A client's timeout inside ``torch.no_grad()``'s ``__enter__`` leaves gradients as they were.
 
@@ -110,6 +109,7 @@ def test_a_timeout_that_strikes_while_gradients_are_off_does_not_poison_later_fi
     client.fit(FitTask(params=client.initial_params(), round=1))  # trains: gradients work
 
 
+@pytest.mark.slow
 def test_sequential_run_survives_an_exception_a_hang_and_nan(tmp_path):
     faults = parse_faults(
         [

@@ -260,8 +260,15 @@ def test_branch_command_line_reuses_the_saved_overrides(tmp_path):
 
 
 def test_a_resumed_branch_goes_on_from_its_own_checkpoint_else_from_its_sources(tmp_path):
-    config = {"algo": "fedavg", "rounds": 3, "finetune": False, "seed": 1, "resume": None, "branch_from": None}
-    config |= {"branch_siblings": False}
+    config = {
+        "algo": "fedavg",
+        "rounds": 3,
+        "finetune": False,
+        "seed": 1,
+        "resume": None,
+        "branch_from": None,
+        "branch_siblings": False,
+    }
     source, branch = tmp_path / "source", tmp_path / "branch"
     source.mkdir()
     (source / "config.yaml").write_text(OmegaConf.to_yaml(config))
