@@ -209,6 +209,23 @@ def test_flushing_denormals_changes_nothing_above_denormal_scale() -> None:
     assert float(torch.tensor(1e-39) * 2.0) != 0.0  # the mode is restored
 
 
+def test_flushing_is_turned_off_when_interrupted_as_it_is_turned_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a client's timeout (SIGALRM) that strikes just as the mode was set: the later clients of the
+    # process must not inherit it
+    real = torch.set_flush_denormal
+
+    def interrupted(mode: bool) -> bool:
+        done = real(mode)
+        if mode:
+            raise KeyboardInterrupt("timeout")
+        return done
+
+    monkeypatch.setattr(torch, "set_flush_denormal", interrupted)
+    with pytest.raises(KeyboardInterrupt), flushed_denormals():
+        pass
+    assert float(torch.tensor(1e-39) * 2.0) != 0.0
+
+
 def test_layout_and_initial_model_are_the_sb3_clients() -> None:
     spec = make_spec()
     prefs = np.array([[0.2, 0.8], [0.7, 0.3]])

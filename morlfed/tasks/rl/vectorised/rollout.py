@@ -45,12 +45,13 @@ def flushed_denormals() -> Iterator[None]:
     if float(torch.tensor(1e-39) * 2.0) == 0.0:  # already flushing
         yield
         return
-    flushing = torch.set_flush_denormal(True)
     try:
+        # set inside the try: a client's timeout (SIGALRM) can strike as the call returns, and the
+        # mode must not stay on for the later clients of this process (their bits would change)
+        torch.set_flush_denormal(True)
         yield
     finally:
-        if flushing:
-            torch.set_flush_denormal(False)
+        torch.set_flush_denormal(False)  # it was off on entry (a no-op where it is unsupported)
 
 
 @dataclass(frozen=True)
