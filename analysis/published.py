@@ -15,14 +15,17 @@ Its CSVs (``csv=a.csv,b.csv``, paths relative to the document) are ``summary.csv
 ``python -m morlfed.analysis.evaluate`` (one row per run: identity, budget, wall time, every metric), so
 the tables can be rebuilt without rerunning anything. Kinds:
 
-* ``table metric=M dist=D [decimals=2] [reference=fedpref] [level=0.05]``: rows algorithm variants
-  and their seeds n, columns environments, cells mean ± sample std over seeds, marked ▲ (bold) / ▼
-  where significantly better / worse than the variant matching the glob ``reference`` in a paired
-  test over seeds at ``level``, the test named under the table (:func:`morlfed.analysis.tables.metric_table`,
-  the same table ``comparison.md`` has).
-* ``metrics env=E dist=D metrics=M1,M2,... [decimals=2] [reference=fedpref] [level=0.05]``: one
-  environment under one preference distribution; rows algorithm variants and their seeds n,
-  columns the metrics, cells marked as in ``table`` (:func:`morlfed.analysis.tables.metrics_table`).
+* ``table metric=M dist=D [decimals=2] [reference=fedpref] [level=0.05] [untuned=G1,G2,...]``: rows
+  algorithm variants and their seeds n, columns environments, cells mean ± sample std over seeds,
+  marked ▲ (bold) / ▼ where significantly better / worse than the variant matching the glob
+  ``reference`` in a paired test over seeds at ``level``, the test named under the table
+  (:func:`morlfed.analysis.tables.metric_table`, the same table ``comparison.md`` has). The rows
+  whose labels match a glob of ``untuned`` are marked † (their strategy ran its defaults, where
+  the others' settings were selected for the study).
+* ``metrics env=E dist=D metrics=M1,M2,... [decimals=2] [reference=fedpref] [level=0.05]
+  [untuned=G1,G2,...]``: one environment under one preference distribution; rows algorithm
+  variants and their seeds n, columns the metrics, cells and rows marked as in ``table``
+  (:func:`morlfed.analysis.tables.metrics_table`).
 * ``ranking metric=M [focus=fedpref*] [claims=paper.csv] [decimals=2]``: per environment and
   preference distribution, the first-ranked variant, the best-ranked variant matching ``focus``
   (a glob over labels) and its rank. With ``claims`` (a CSV with columns ``metric env dist first
@@ -159,6 +162,20 @@ def _check_keys(kind: str, args: dict[str, str], allowed: set[str]) -> None:
         raise ResultsError(f"results:{kind} needs csv=FILE[,FILE...]")
 
 
+def _untuned(summary: pd.DataFrame, args: dict[str, str]) -> list[str]:
+    """The globs of ``untuned=G1,G2,...``, each of which must match a variant of the csv.
+
+    :param summary: the block's CSV rows
+    :param args: the block's arguments
+    """
+    globs = [g for g in args.get("untuned", "").split(",") if g]
+    variants = sorted(summary["variant"].unique())
+    unmatched = [g for g in globs if not any(fnmatch.fnmatchcase(v, g) for v in variants)]
+    if unmatched:
+        raise ResultsError(f"untuned={','.join(unmatched)} matches no variant of the csv; it has {', '.join(variants)}")
+    return globs
+
+
 def render_table(summary: pd.DataFrame, args: dict[str, str]) -> str:
     """The ``table`` block: one metric under one preference distribution.
 
@@ -178,6 +195,7 @@ def render_table(summary: pd.DataFrame, args: dict[str, str]) -> str:
         registry=TABLE_METRICS,
         reference=args.get("reference", REFERENCE),
         level=_level(args),
+        untuned=_untuned(summary, args),
     )
     if table is None:
         raise ResultsError(f"no run has a value of {metric} under dist={dist}")
@@ -203,7 +221,9 @@ def render_metrics(summary: pd.DataFrame, args: dict[str, str]) -> str:
             f"env={env!r} dist={dist!r} has no runs in the csv; it has "
             f"{', '.join(f'env={e} dist={d}' for e, d in pairs)}"
         )
-    table = metrics_table(summary, env, dist, metrics, decimals, args.get("reference", REFERENCE), _level(args))
+    table = metrics_table(
+        summary, env, dist, metrics, decimals, args.get("reference", REFERENCE), _level(args), _untuned(summary, args)
+    )
     if table is None:
         raise ResultsError(f"env={env} dist={dist} has no runs in the csv")
     return table
@@ -313,9 +333,12 @@ def render_budget(summary: pd.DataFrame, args: dict[str, str]) -> str:
 
 
 RENDERERS: dict[str, tuple[set[str], Callable[[pd.DataFrame, dict[str, str], Path], str]]] = {
-    "table": ({"csv", "metric", "dist", "decimals", "reference", "level"}, lambda s, a, b: render_table(s, a)),
+    "table": (
+        {"csv", "metric", "dist", "decimals", "reference", "level", "untuned"},
+        lambda s, a, b: render_table(s, a),
+    ),
     "metrics": (
-        {"csv", "env", "dist", "metrics", "decimals", "reference", "level"},
+        {"csv", "env", "dist", "metrics", "decimals", "reference", "level", "untuned"},
         lambda s, a, b: render_metrics(s, a),
     ),
     "ranking": ({"csv", "metric", "focus", "claims", "decimals"}, render_ranking),

@@ -6,7 +6,8 @@ test over seeds (:mod:`morlfed.analysis.stats`): ▲ in bold when better, ▼ wh
 better as :data:`morlfed.metrics.METRICS` says). A note under every table states the test and its
 level. A row some of whose runs reported their strategy inert (``inert_warning``) has its label
 marked ``⚠ k/m`` (k of its m runs) and ``comparison.md`` lists those runs with their warnings
-(:func:`morlfed.analysis.comparison.run_notes`).
+(:func:`morlfed.analysis.comparison.run_notes`). A row whose strategy ran its defaults where the
+others had their settings selected for the study can be marked ``†`` (``untuned``).
 
 * :func:`metric_table`: one metric under one preference distribution, columns environments (or
   datasets for vision runs);
@@ -18,6 +19,7 @@ marked ``⚠ k/m`` (k of its m runs) and ``comparison.md`` lists those runs with
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 
 import numpy as np
@@ -88,18 +90,36 @@ def inert_runs(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[text != ""]
 
 
-def _labels(part: pd.DataFrame) -> tuple[dict[str, str], str]:
-    """Each variant's row label, in row order, and the sentence the note under the table gains.
+#: The mark of an untuned row's label, and what it means (the note under the table).
+UNTUNED_MARK = "†"
+UNTUNED_NOTE = (
+    f"{UNTUNED_MARK}: untuned: the strategy ran its default settings, not settings selected for this "
+    "environment as the unmarked rows' were (where they have any)."
+)
+
+
+def _labels(part: pd.DataFrame, untuned: Sequence[str] = ()) -> tuple[dict[str, str], str]:
+    """Each variant's row label, in row order, and the sentences the note under the table gains.
 
     The row order is :func:`_row_order`'s; a label has ``⚠ k/m`` after it when k of its m runs in
-    ``part`` were inert. The sentence is empty when no row is marked.
+    ``part`` were inert, and ``†`` when it matches one of the globs ``untuned``. The sentences are
+    empty when no row is marked.
+
+    :param part: the table's rows of ``summary.csv``
+    :param untuned: globs over variant labels naming the rows whose settings were not tuned
     """
     inert = inert_runs(part)["variant"].value_counts()
     runs = part["variant"].value_counts()
-    labels = {
-        v: f"{v} {INERT_MARK} {int(inert[v])}/{int(runs[v])}" if v in inert.index else v for v in _row_order(part)
-    }
-    return labels, f" {INERT_NOTE}" if len(inert) else ""
+    labels, notes = {}, ""
+    for v in _row_order(part):
+        label = v
+        if any(fnmatch.fnmatchcase(v, glob) for glob in untuned):
+            label = f"{label} {UNTUNED_MARK}"
+            notes = f" {UNTUNED_NOTE}"
+        if v in inert.index:
+            label = f"{label} {INERT_MARK} {int(inert[v])}/{int(runs[v])}"
+        labels[v] = label
+    return labels, notes + (f" {INERT_NOTE}" if len(inert) else "")
 
 
 def _marks(
@@ -162,6 +182,7 @@ def metric_table(
     column: str = "env",
     reference: str = REFERENCE,
     level: float = LEVEL,
+    untuned: Sequence[str] = (),
 ) -> str | None:
     """The markdown table of ``metric`` under preference distribution ``dist`` and the note under it.
 
@@ -179,6 +200,7 @@ def metric_table(
     :param column: the column the environments (or datasets) are in
     :param reference: a glob over variant labels naming the reference variant
     :param level: the significance level of the paired tests
+    :param untuned: globs over variant labels naming the rows marked untuned (``†``)
     """
     if metric not in registry:
         raise ValueError(f"unknown metric {metric!r}; valid: {', '.join(registry)}")
@@ -190,7 +212,7 @@ def metric_table(
     counts = _counts(part, column)
     directions, note = _marks(part, [metric], registry, reference, level, column)
     undefined = _undefined(registry[metric])
-    labels, inert_note = _labels(part)
+    labels, inert_note = _labels(part, untuned)
     lines = ["| algorithm | n | " + " | ".join(envs) + " |", "|---|---|" + "---|" * len(envs)]
     for variant, label in labels.items():
         n = {env: int(counts.get((dist, variant, env), 0)) for env in envs}
@@ -210,6 +232,7 @@ def metrics_table(
     decimals: int = 2,
     reference: str = REFERENCE,
     level: float = LEVEL,
+    untuned: Sequence[str] = (),
 ) -> str | None:
     """The markdown table of one environment under one preference distribution and the note under it.
 
@@ -224,6 +247,7 @@ def metrics_table(
     :param decimals: decimals shown
     :param reference: a glob over variant labels naming the reference variant
     :param level: the significance level of the paired tests
+    :param untuned: globs over variant labels naming the rows marked untuned (``†``)
     """
     unknown = [m for m in metrics if m not in TABLE_METRICS]
     if unknown:
@@ -238,7 +262,7 @@ def metrics_table(
         "| algorithm | n | " + " | ".join(TABLE_METRICS[m].title for m in metrics) + " |",
         "|---|---|" + "---|" * len(metrics),
     ]
-    labels, inert_note = _labels(part)
+    labels, inert_note = _labels(part, untuned)
     for variant, label in labels.items():
         n = int(counts.get((dist, variant, env), 0))
         cells = [

@@ -140,6 +140,33 @@ def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, su
     assert "worse than local, paired by seed: exact two-sided sign-flip permutation test" in text and "p < 0.7" in text
 
 
+def test_untuned_rows_are_marked_in_both_table_kinds(tmp_path, summary):
+    summary.to_csv(tmp_path / "runs.csv", index=False)
+    path = tmp_path / "results.md"
+    path.write_text(
+        "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd untuned=fedavg*,loc* level=0.6 -->\n"
+        "<!-- /results -->\n"
+        "<!-- results:table csv=runs.csv metric=igd dist=dirichlet untuned=fedavg -->\n<!-- /results -->\n"
+    )
+    assert main([str(path)]) == 0
+    text = path.read_text()
+    first, second = text.split("<!-- results:table")
+    cells = table_cells(first, "| algorithm | n | IGD")
+    # the mark goes on the label only: the cells and their paired tests are unchanged
+    assert cells == {
+        "fedavg †": ["2", "9.00 ± 0.00 ▼"],
+        "fedpref": ["2", "7.00 ± 0.00"],
+        "fedpref+FT": ["2", "**5.00 ± 0.00** ▲"],
+        "local †": ["2", "8.00 ± 0.00 ▼"],
+    }
+    assert "†: untuned: the strategy ran its default settings" in first
+    assert list(table_cells(second, "| algorithm | n | alpha")) == ["fedavg †", "fedpref", "fedpref+FT", "local"]
+    # without the argument nothing is marked and the note has no such sentence
+    path.write_text("<!-- results:table csv=runs.csv metric=igd dist=dirichlet -->\n<!-- /results -->\n")
+    assert main([str(path)]) == 0
+    assert "†" not in path.read_text()
+
+
 def test_ranking_finds_first_and_focus_rank(summary):
     ranks = ranking(summary, "mean_scalarised").set_index(["env", "dist"])
     assert ranks.loc[("alpha", "dirichlet"), ["first", "focus", "rank"]].tolist() == ["fedpref+FT", "fedpref+FT", 1]
@@ -247,6 +274,10 @@ def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):
             "level='5' must be a number in (0, 1)",
         ),
         ("<!-- results:table metric=igd dist=dirichlet -->\n<!-- /results -->", "needs csv="),
+        (
+            "<!-- results:table csv=runs.csv metric=igd dist=dirichlet untuned=fedavg,fedmhc -->\n<!-- /results -->",
+            "untuned=fedmhc matches no variant of the csv; it has fedavg, fedpref, fedpref+FT, local",
+        ),
         ("<!-- results:table csv=runs.csv metric igd -->\n<!-- /results -->", "is not key=value"),
         (
             "<!-- results:metrics csv=runs.csv env=beta dist=equidistant metrics=igd -->\n<!-- /results -->",
