@@ -97,9 +97,7 @@ def test_ctrl_c_in_round_2_stops_at_once_then_resume_equals_uninterrupted(whole,
     whole, whole_dir = whole
     stopped = tmp_path / "stopped"
     fed = federation(stopped, lambda cid: CtrlCInRound(FACTORY(cid), 2) if cid == 1 else FACTORY(cid), every=0)
-    # Python's default handler, or SIG_IGN where the test process was started in the background of
-    # a shell without job control
-    before = signal.getsignal(signal.SIGINT)
+    before = signal.getsignal(signal.SIGINT)  # SIG_IGN in a process started in a shell's background
     with pytest.raises(RunStopped) as info:
         fed.run()
     assert info.value.signal == signal.SIGINT
