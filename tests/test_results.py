@@ -91,6 +91,13 @@ def table_cells(text: str, header_start: str, key_columns: int = 1) -> dict:
     return rows
 
 
+def rendered(path: Path, blocks: str) -> str:
+    """The text of the document ``path`` holding ``blocks``, once the command has regenerated it."""
+    path.write_text(blocks)
+    assert main([str(path)]) == 0
+    return path.read_text()
+
+
 def test_table_block_has_seeds_mean_std_and_marks_against_fedpref(doc):
     assert main([str(doc)]) == 0
     text = doc.read_text()
@@ -119,23 +126,22 @@ def test_table_block_has_seeds_mean_std_and_marks_against_fedpref(doc):
 def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, summary):
     summary.to_csv(tmp_path / "runs.csv", index=False)
     path = tmp_path / "results.md"
-    path.write_text(
+    text = rendered(
+        path,
         "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=mean_scalarised,igd decimals=1 level=0.6 -->\n"
-        "<!-- /results -->\n"
+        "<!-- /results -->\n",
     )
-    assert main([str(path)]) == 0
-    cells = table_cells(path.read_text(), "| algorithm | n | Mean scalarised")
+    cells = table_cells(text, "| algorithm | n | Mean scalarised")
     # igd = 10 - value (the same for both seeds): lower is better, so IGD is marked as the reward is
     # (at a level that 2 pairs can reach: p = 2/2^2 when both differences share a sign)
     assert cells["fedpref+FT"] == ["2", "**5.0 ± 1.4** ▲", "**5.0 ± 0.0** ▲"]
     assert cells["fedavg"] == ["2", "1.0 ± 1.4 ▼", "9.0 ± 0.0 ▼"]
     assert list(cells) == ["fedavg", "fedpref", "fedpref+FT", "local"]
-    path.write_text(
+    text = rendered(
+        path,
         "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd reference=local level=0.7 -->\n"
-        "<!-- /results -->\n"
+        "<!-- /results -->\n",
     )
-    assert main([str(path)]) == 0
-    text = path.read_text()
     assert table_cells(text, "| algorithm | n | IGD")["fedpref"] == ["2", "**7.00 ± 0.00** ▲"]  # 10 - 3 < 10 - 2
     assert "worse than local, paired by seed: exact two-sided sign-flip permutation test" in text and "p < 0.7" in text
 
@@ -143,13 +149,12 @@ def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, su
 def test_untuned_rows_are_marked_in_both_table_kinds(tmp_path, summary):
     summary.to_csv(tmp_path / "runs.csv", index=False)
     path = tmp_path / "results.md"
-    path.write_text(
+    text = rendered(
+        path,
         "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd untuned=fedavg*,loc* level=0.6 -->\n"
         "<!-- /results -->\n"
-        "<!-- results:table csv=runs.csv metric=igd dist=dirichlet untuned=fedavg -->\n<!-- /results -->\n"
+        "<!-- results:table csv=runs.csv metric=igd dist=dirichlet untuned=fedavg -->\n<!-- /results -->\n",
     )
-    assert main([str(path)]) == 0
-    text = path.read_text()
     first, second = text.split("<!-- results:table")
     cells = table_cells(first, "| algorithm | n | IGD")
     # the mark goes on the label only: the cells and their paired tests are unchanged
@@ -162,9 +167,9 @@ def test_untuned_rows_are_marked_in_both_table_kinds(tmp_path, summary):
     assert "†: untuned: the strategy ran its default settings" in first
     assert list(table_cells(second, "| algorithm | n | alpha")) == ["fedavg †", "fedpref", "fedpref+FT", "local"]
     # without the argument nothing is marked and the note has no such sentence
-    path.write_text("<!-- results:table csv=runs.csv metric=igd dist=dirichlet -->\n<!-- /results -->\n")
-    assert main([str(path)]) == 0
-    assert "†" not in path.read_text()
+    assert "†" not in rendered(
+        path, "<!-- results:table csv=runs.csv metric=igd dist=dirichlet -->\n<!-- /results -->\n"
+    )
 
 
 def test_ranking_finds_first_and_focus_rank(summary):
