@@ -13,7 +13,10 @@ A generated block is::
 
 Its CSVs (``csv=a.csv,b.csv``, paths relative to the document) are ``summary.csv`` files written by
 ``python -m morlfed.analysis.evaluate`` (one row per run: identity, budget, wall time, every metric), so
-the tables can be rebuilt without rerunning anything. Kinds:
+the tables can be rebuilt without rerunning anything. Every kind also takes ``rows=G1,G2,...``
+(globs over variant labels): only the runs of the matching variants are read, so that a block can
+show a few rows of a study beside another study's rows (an ablation beside the full method's row of
+a comparison, paired by seed). Kinds:
 
 * ``table metric=M dist=D [decimals=2] [reference=fedpref] [level=0.05] [untuned=G1,G2,...]``: rows
   algorithm variants and their seeds n, columns environments, cells mean ± sample std over seeds,
@@ -162,18 +165,36 @@ def _check_keys(kind: str, args: dict[str, str], allowed: set[str]) -> None:
         raise ResultsError(f"results:{kind} needs csv=FILE[,FILE...]")
 
 
+def _globs(summary: pd.DataFrame, args: dict[str, str], key: str) -> list[str]:
+    """The globs of ``KEY=G1,G2,...`` (none without the argument), each of which must match a variant of the csv.
+
+    :param summary: the block's CSV rows
+    :param args: the block's arguments
+    :param key: ``untuned`` or ``rows``
+    """
+    globs = [g for g in args.get(key, "").split(",") if g]
+    variants = sorted(summary["variant"].unique())
+    unmatched = [g for g in globs if not any(fnmatch.fnmatchcase(v, g) for v in variants)]
+    if unmatched:
+        raise ResultsError(f"{key}={','.join(unmatched)} matches no variant of the csv; it has {', '.join(variants)}")
+    return globs
+
+
 def _untuned(summary: pd.DataFrame, args: dict[str, str]) -> list[str]:
-    """The globs of ``untuned=G1,G2,...``, each of which must match a variant of the csv.
+    """The globs of ``untuned=G1,G2,...``: the rows to mark as untuned (:func:`_globs`)."""
+    return _globs(summary, args, "untuned")
+
+
+def _rows(summary: pd.DataFrame, args: dict[str, str]) -> pd.DataFrame:
+    """The runs of the variants matching a glob of ``rows=G1,G2,...`` (all runs without the argument).
 
     :param summary: the block's CSV rows
     :param args: the block's arguments
     """
-    globs = [g for g in args.get("untuned", "").split(",") if g]
-    variants = sorted(summary["variant"].unique())
-    unmatched = [g for g in globs if not any(fnmatch.fnmatchcase(v, g) for v in variants)]
-    if unmatched:
-        raise ResultsError(f"untuned={','.join(unmatched)} matches no variant of the csv; it has {', '.join(variants)}")
-    return globs
+    globs = _globs(summary, args, "rows")
+    if not globs:
+        return summary
+    return summary[[any(fnmatch.fnmatchcase(v, g) for g in globs) for v in summary["variant"]]]
 
 
 def render_table(summary: pd.DataFrame, args: dict[str, str]) -> str:
@@ -334,15 +355,15 @@ def render_budget(summary: pd.DataFrame, args: dict[str, str]) -> str:
 
 RENDERERS: dict[str, tuple[set[str], Callable[[pd.DataFrame, dict[str, str], Path], str]]] = {
     "table": (
-        {"csv", "metric", "dist", "decimals", "reference", "level", "untuned"},
+        {"csv", "rows", "metric", "dist", "decimals", "reference", "level", "untuned"},
         lambda s, a, b: render_table(s, a),
     ),
     "metrics": (
-        {"csv", "env", "dist", "metrics", "decimals", "reference", "level", "untuned"},
+        {"csv", "rows", "env", "dist", "metrics", "decimals", "reference", "level", "untuned"},
         lambda s, a, b: render_metrics(s, a),
     ),
-    "ranking": ({"csv", "metric", "focus", "claims", "decimals"}, render_ranking),
-    "budget": ({"csv"}, lambda s, a, b: render_budget(s, a)),
+    "ranking": ({"csv", "rows", "metric", "focus", "claims", "decimals"}, render_ranking),
+    "budget": ({"csv", "rows"}, lambda s, a, b: render_budget(s, a)),
 }
 
 
@@ -360,7 +381,7 @@ def regenerate(text: str, base: Path) -> str:
                 raise ResultsError(f"unknown block kind results:{block.kind}; valid: {', '.join(RENDERERS)}")
             allowed, render = RENDERERS[block.kind]
             _check_keys(block.kind, block.args, allowed)
-            body = render(read_summaries(base, block.args["csv"]), block.args, base)
+            body = render(_rows(read_summaries(base, block.args["csv"]), block.args), block.args, base)
         except ResultsError as exc:
             raise ResultsError(f"line {block.start + 1}: {exc}") from None
         out += [*lines[done : block.start + 1], "", body, ""]

@@ -172,6 +172,30 @@ def test_untuned_rows_are_marked_in_both_table_kinds(tmp_path, summary):
     )
 
 
+def test_rows_keeps_the_matching_variants_of_joined_studies_and_their_paired_tests(tmp_path, summary):
+    # two studies on the same seeds: the full method in one, its ablation in the other
+    summary.to_csv(tmp_path / "runs.csv", index=False)
+    ablation = summary[summary["variant"] == "fedpref"].assign(variant="fedpref (clustering off)", label="x")
+    ablation = ablation.assign(igd=ablation["igd"] + 1.0)
+    ablation.to_csv(tmp_path / "ablation.csv", index=False)
+    path = tmp_path / "results.md"
+    text = rendered(
+        path,
+        "<!-- results:metrics csv=runs.csv,ablation.csv rows=fedpref* env=alpha dist=dirichlet metrics=igd level=0.6 -->\n"
+        "<!-- /results -->\n"
+        "<!-- results:budget csv=runs.csv,ablation.csv rows=fedpref?(clustering* -->\n<!-- /results -->\n",
+    )
+    metrics, budget = text.split("<!-- results:budget")
+    # fedavg and local are left out; the cells and marks are those of the whole table
+    assert table_cells(metrics, "| algorithm | n | IGD") == {
+        "fedpref": ["2", "7.00 ± 0.00"],
+        "fedpref (clustering off)": ["2", "8.00 ± 0.00 ▼"],
+        "fedpref+FT": ["2", "**5.00 ± 0.00** ▲"],
+    }
+    # the budget of the ablation's 2 runs alone (of the 10 the two csvs hold under alpha, dirichlet)
+    assert table_cells(budget, "| environment |", key_columns=2)["alpha", "dirichlet"][-3] == "2"
+
+
 def test_ranking_finds_first_and_focus_rank(summary):
     ranks = ranking(summary, "mean_scalarised").set_index(["env", "dist"])
     assert ranks.loc[("alpha", "dirichlet"), ["first", "focus", "rank"]].tolist() == ["fedpref+FT", "fedpref+FT", 1]
@@ -284,6 +308,10 @@ def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):
             "untuned=fedmhc matches no variant of the csv; it has fedavg, fedpref, fedpref+FT, local",
         ),
         ("<!-- results:table csv=runs.csv metric igd -->\n<!-- /results -->", "is not key=value"),
+        (
+            "<!-- results:budget csv=runs.csv rows=fedpref,ifca* -->\n<!-- /results -->",
+            "rows=ifca* matches no variant of the csv; it has fedavg, fedpref, fedpref+FT, local",
+        ),
         (
             "<!-- results:metrics csv=runs.csv env=beta dist=equidistant metrics=igd -->\n<!-- /results -->",
             "env='beta' dist='equidistant' has no runs in the csv; it has env=alpha dist=dirichlet, env=alpha dist=equidistant",
