@@ -124,7 +124,7 @@ class FedPref(PersonalisedStrategy):
             warnings.warn(
                 f"fedpref: patience ({self.patience}) exceeds the number of aggregated rounds ({rounds}): a cluster "
                 f"splits only after {self.patience} rounds below eps, so the clustering can never split and this run "
-                "is FedPref's weighting-only ablation; lower algo.patience, run more rounds, or set algo.clustering=false",
+                f"is {self._unsplit()}; lower algo.patience, run more rounds, or set algo.clustering=false",
                 InertSettingWarning,
                 stacklevel=2,
             )
@@ -240,6 +240,15 @@ class FedPref(PersonalisedStrategy):
         """
         return None if self.splits_so_far is None else list(self.splits_so_far)
 
+    def _unsplit(self) -> str:
+        """What FedPref with its clustering on is when no cluster ever splits.
+
+        Its weighting alone, or, with the weighting off too (the clustering-only ablation), FedAvg.
+        """
+        if self.weighting:
+            return "FedPref's weighting-only ablation"
+        return "FedAvg (the clustering-only ablation with one cluster: its plain mean)"
+
     def inert_warning(self) -> str | None:
         """A run with the clustering on that never split was the weighting-only ablation: say so, and why.
 
@@ -251,7 +260,7 @@ class FedPref(PersonalisedStrategy):
         """
         if not self.clustering or self.splits_so_far != [] or self.unsplit_norms is None or self.n_clients < 2:
             return None
-        head = "fedpref: no cluster split, so this run was FedPref's weighting-only ablation"
+        head = f"fedpref: no cluster split, so this run was {self._unsplit()}"
         rounds = [rnd for rnd, _, _ in self.unsplit_norms]
         ratios = [norm / largest if largest > 0 else 1.0 for _, norm, largest in self.unsplit_norms]
         measured = ratios if self.eps_mode == "relative" else [norm for _, norm, _ in self.unsplit_norms]
