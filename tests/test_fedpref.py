@@ -204,12 +204,15 @@ def test_a_run_that_never_split_says_it_was_the_weighting_only_ablation_and_whic
     assert clone.inert_warning() is None
 
 
-def test_the_clustering_only_ablation_that_never_split_says_it_was_fedavg():
+def test_the_clustering_only_ablation_that_never_split_says_it_aggregated_as_fedavg():
     strat = FedPref(top_r=1.0, s_min=0.0, eps=0.3, patience=2, weighting=False)
     _setup(strat, 4, LAYOUT)
     assert _planted_norms(strat, [10.0, 5.0, 4.0, 6.0]) == [1, 1, 1, 1]
     warning = strat.inert_warning() or ""
-    assert warning.startswith("fedpref: no cluster split, so this run was FedAvg (the clustering-only ablation")
+    assert warning.startswith(
+        "fedpref: no cluster split, so this run was the clustering-only ablation with one cluster"
+    )
+    assert "FedAvg's plain mean" in warning
     assert "weighting-only" not in warning and "eps above 0.5 (eps_mode=relative) would have split" in warning
 
 

@@ -243,11 +243,12 @@ class FedPref(PersonalisedStrategy):
     def _unsplit(self) -> str:
         """What FedPref with its clustering on is when no cluster ever splits.
 
-        Its weighting alone, or, with the weighting off too (the clustering-only ablation), FedAvg.
+        Its weighting alone, or, with the weighting off too (the clustering-only ablation), the plain mean of
+        one cluster, FedAvg's aggregation rule.
         """
         if self.weighting:
             return "FedPref's weighting-only ablation"
-        return "FedAvg (the clustering-only ablation with one cluster: its plain mean)"
+        return "the clustering-only ablation with one cluster throughout, whose aggregate is FedAvg's plain mean"
 
     def inert_warning(self) -> str | None:
         """A run with the clustering on that never split was the weighting-only ablation: say so, and why.
