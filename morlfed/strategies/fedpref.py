@@ -27,8 +27,9 @@ its private preference, return the trained vector. Nothing else.
 Members of a split cluster that did not participate this round join the side whose mean trained
 model is nearest (Euclidean) to their current personalised model. Every split is recorded
 (:meth:`FedPref.split_events`: round, sides and their sizes; ``metrics.json``). A run that never
-split was FedPref's weighting-only ablation: :meth:`FedPref.inert_warning` says so, with the
-smallest norm ratio seen and the eps that would have split.
+split was FedPref's weighting-only ablation (with the weighting off too, one cluster's plain mean):
+:meth:`FedPref.inert_warning` says so, with the smallest norm ratio seen and the eps that would have
+split.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class FedPref(PersonalisedStrategy):
         return "the clustering-only ablation with one cluster throughout, whose aggregate is FedAvg's plain mean"
 
     def inert_warning(self) -> str | None:
-        """A run with the clustering on that never split was the weighting-only ablation: say so, and why.
+        """A run with the clustering on that never split: say what it was (:meth:`_unsplit`), and why.
 
         Names the smallest ratio of the cluster's mean update norm to the largest one seen, and the
         eps (in this run's ``eps_mode``) above which ``patience`` consecutive rounds would have
