@@ -54,16 +54,21 @@ def summary() -> pd.DataFrame:
 
 
 @pytest.fixture()
-def doc(tmp_path, summary) -> Path:
+def results_md(tmp_path, summary) -> Path:
+    """The path of a document to write, beside ``runs.csv`` holding ``summary``."""
     summary.to_csv(tmp_path / "runs.csv", index=False)
+    return tmp_path / "results.md"
+
+
+@pytest.fixture()
+def doc(tmp_path, results_md) -> Path:
     pd.DataFrame(
         [
             {"metric": "mean_scalarised", "env": "alpha", "dist": "dirichlet", "first": "fedpref*", "source": "T1"},
             {"metric": "mean_scalarised", "env": "beta", "dist": "dirichlet", "first": "fedavg", "source": "T1"},
         ]
     ).to_csv(tmp_path / "claims.csv", index=False)
-    path = tmp_path / "results.md"
-    path.write_text(
+    results_md.write_text(
         "# Results\n\nProse stays.\n\n"
         "<!-- results:table csv=runs.csv metric=mean_scalarised dist=dirichlet -->\nstale\n<!-- /results -->\n\n"
         "Between blocks.\n\n"
@@ -71,7 +76,7 @@ def doc(tmp_path, summary) -> Path:
         "<!-- results:ranking csv=runs.csv metric=igd focus=local -->\n<!-- /results -->\n"
         "<!-- results:budget csv=runs.csv -->\n<!-- /results -->\n\nEnd.\n"
     )
-    return path
+    return results_md
 
 
 def table_cells(text: str, header_start: str, key_columns: int = 1) -> dict:
@@ -123,11 +128,9 @@ def test_table_block_has_seeds_mean_std_and_marks_against_fedpref(doc):
     assert cells["fedpref"] == ["2", "3.00 ± 1.41", "6.00 ± 1.41"]
 
 
-def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, summary):
-    summary.to_csv(tmp_path / "runs.csv", index=False)
-    path = tmp_path / "results.md"
+def test_metrics_block_has_one_column_per_metric_with_its_direction(results_md):
     text = rendered(
-        path,
+        results_md,
         "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=mean_scalarised,igd decimals=1 level=0.6 -->\n"
         "<!-- /results -->\n",
     )
@@ -138,7 +141,7 @@ def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, su
     assert cells["fedavg"] == ["2", "1.0 ± 1.4 ▼", "9.0 ± 0.0 ▼"]
     assert list(cells) == ["fedavg", "fedpref", "fedpref+FT", "local"]
     text = rendered(
-        path,
+        results_md,
         "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd reference=local level=0.7 -->\n"
         "<!-- /results -->\n",
     )
@@ -146,11 +149,9 @@ def test_metrics_block_has_one_column_per_metric_with_its_direction(tmp_path, su
     assert "worse than local, paired by seed: exact two-sided sign-flip permutation test" in text and "p < 0.7" in text
 
 
-def test_untuned_rows_are_marked_in_both_table_kinds(tmp_path, summary):
-    summary.to_csv(tmp_path / "runs.csv", index=False)
-    path = tmp_path / "results.md"
+def test_untuned_rows_are_marked_in_both_table_kinds(results_md):
     text = rendered(
-        path,
+        results_md,
         "<!-- results:metrics csv=runs.csv env=alpha dist=dirichlet metrics=igd untuned=fedavg*,loc* level=0.6 -->\n"
         "<!-- /results -->\n"
         "<!-- results:table csv=runs.csv metric=igd dist=dirichlet untuned=fedavg -->\n<!-- /results -->\n",
@@ -168,19 +169,17 @@ def test_untuned_rows_are_marked_in_both_table_kinds(tmp_path, summary):
     assert list(table_cells(second, "| algorithm | n | alpha")) == ["fedavg †", "fedpref", "fedpref+FT", "local"]
     # without the argument nothing is marked and the note has no such sentence
     assert "†" not in rendered(
-        path, "<!-- results:table csv=runs.csv metric=igd dist=dirichlet -->\n<!-- /results -->\n"
+        results_md, "<!-- results:table csv=runs.csv metric=igd dist=dirichlet -->\n<!-- /results -->\n"
     )
 
 
-def test_rows_keeps_the_matching_variants_of_joined_studies_and_their_paired_tests(tmp_path, summary):
+def test_rows_keeps_the_matching_variants_of_joined_studies_and_their_paired_tests(tmp_path, summary, results_md):
     # two studies on the same seeds: the full method in one, its ablation in the other
-    summary.to_csv(tmp_path / "runs.csv", index=False)
     ablation = summary[summary["variant"] == "fedpref"].assign(variant="fedpref (clustering off)", label="x")
     ablation = ablation.assign(igd=ablation["igd"] + 1.0)
     ablation.to_csv(tmp_path / "ablation.csv", index=False)
-    path = tmp_path / "results.md"
     text = rendered(
-        path,
+        results_md,
         "<!-- results:metrics csv=runs.csv,ablation.csv rows=fedpref* env=alpha dist=dirichlet metrics=igd level=0.6 -->\n"
         "<!-- /results -->\n"
         "<!-- results:budget csv=runs.csv,ablation.csv rows=fedpref?(clustering* -->\n<!-- /results -->\n",
@@ -323,15 +322,13 @@ def test_check_mode_detects_stale_tables_and_writes_nothing(doc, capsys):
         ),
     ],
 )
-def test_bad_blocks_are_named_and_nothing_is_written(tmp_path, summary, capsys, block, message):
-    summary.to_csv(tmp_path / "runs.csv", index=False)
-    path = tmp_path / "results.md"
-    path.write_text("# R\n\n" + block + "\n")
-    before = path.read_text()
-    assert main([str(path)]) == 2
+def test_bad_blocks_are_named_and_nothing_is_written(results_md, capsys, block, message):
+    results_md.write_text("# R\n\n" + block + "\n")
+    before = results_md.read_text()
+    assert main([str(results_md)]) == 2
     err = capsys.readouterr().err
-    assert message in err and f"{path}:3" in err
-    assert path.read_text() == before
+    assert message in err and f"{results_md}:3" in err
+    assert results_md.read_text() == before
 
 
 def test_parse_blocks_positions_and_foreign_csv(tmp_path):
