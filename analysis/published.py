@@ -180,11 +180,6 @@ def _globs(summary: pd.DataFrame, args: dict[str, str], key: str) -> list[str]:
     return globs
 
 
-def _untuned(summary: pd.DataFrame, args: dict[str, str]) -> list[str]:
-    """The globs of ``untuned=G1,G2,...``: the rows to mark as untuned (:func:`_globs`)."""
-    return _globs(summary, args, "untuned")
-
-
 def _rows(summary: pd.DataFrame, args: dict[str, str]) -> pd.DataFrame:
     """The runs of the variants matching a glob of ``rows=G1,G2,...`` (all runs without the argument).
 
@@ -216,7 +211,7 @@ def render_table(summary: pd.DataFrame, args: dict[str, str]) -> str:
         registry=TABLE_METRICS,
         reference=args.get("reference", REFERENCE),
         level=_level(args),
-        untuned=_untuned(summary, args),
+        untuned=_globs(summary, args, "untuned"),
     )
     if table is None:
         raise ResultsError(f"no run has a value of {metric} under dist={dist}")
@@ -243,7 +238,14 @@ def render_metrics(summary: pd.DataFrame, args: dict[str, str]) -> str:
             f"{', '.join(f'env={e} dist={d}' for e, d in pairs)}"
         )
     table = metrics_table(
-        summary, env, dist, metrics, decimals, args.get("reference", REFERENCE), _level(args), _untuned(summary, args)
+        summary,
+        env,
+        dist,
+        metrics,
+        decimals,
+        args.get("reference", REFERENCE),
+        _level(args),
+        _globs(summary, args, "untuned"),
     )
     if table is None:
         raise ResultsError(f"env={env} dist={dist} has no runs in the csv")
