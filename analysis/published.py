@@ -243,9 +243,9 @@ def render_metrics(summary: pd.DataFrame, args: dict[str, str]) -> str:
         dist,
         metrics,
         decimals,
-        args.get("reference", REFERENCE),
-        _level(args),
-        _globs(summary, args, "untuned"),
+        reference=args.get("reference", REFERENCE),
+        level=_level(args),
+        untuned=_globs(summary, args, "untuned"),
     )
     if table is None:
         raise ResultsError(f"env={env} dist={dist} has no runs in the csv")
