@@ -16,6 +16,7 @@ from morlfed import envs
 from morlfed.analysis.campaign import evaluate_runs
 from morlfed.analysis.campaign_figures import learning_curves, write_figures
 from morlfed.analysis.clustering import (
+    final_clusters,
     labels_of,
     planted_ari,
     planted_ari_by_round,
@@ -103,6 +104,14 @@ def test_summary_and_table_carry_final_clusters_and_the_ari(tmp_path):
     table = metrics_table(summary.reset_index(), "deep-sea-treasure", "groups", ["final_clusters", "planted_ari"])
     assert table is not None and "| Final clusters | ARI with the planted groups |" in table
     assert "| fedpref | 3 | 3.00 ± 1.73 | 0.67 ± 0.58 |" in table
+
+
+def test_final_clusters_leave_out_models_no_client_deploys(tmp_path):
+    # IFCA logs one list per model: with K = 3 and model 1 unused, its clients form 2 groups
+    write_clustered_run(tmp_path / "run", [[0, 1, 4, 5, 6, 7, 8, 9, 10, 11], [], [2, 3]])
+    (run,), _ = load_runs([tmp_path / "run"])
+    assert final_clusters(run) == [[0, 1, 4, 5, 6, 7, 8, 9, 10, 11], [2, 3]]
+    assert evaluate_runs([run]).summary["final_clusters"].tolist() == [2]
 
 
 def test_the_similarity_separates_the_groups_where_its_blocks_do(tmp_path):
