@@ -12,6 +12,7 @@ from morlfed.baselines.fedavg import FedAvg
 from morlfed.baselines.ifca import IFCA, permuted_inits
 from morlfed.core.params import ParamLayout
 from morlfed.core.protocol import FitResult, FitTask
+from morlfed.federation.round import RoundReport
 from morlfed.strategies.base import make_strategy
 
 LAYOUT = ParamLayout.from_shapes({"l0": (4, 3), "l1": (4,), "l2": (2, 4)})
@@ -154,6 +155,18 @@ def test_warns_when_every_client_ends_on_one_model():
     strategy.aggregate(2, {0: FitResult(params=trained[0], num_samples=1, model_index=1)})
     assert strategy.inert_warning() is None  # client 0 now deploys model 1, the others model 2
     assert _setup(IFCA(n_models=1), 4).inert_warning() is None  # K = 1 is FedAvg by choice
+
+
+def test_a_round_counts_the_groups_of_clients_not_the_models():
+    # clients 0-2 choose model 2, client 3 model 0, nobody model 1: 2 clusters in rounds.csv, not K = 3
+    strategy = _setup(IFCA(n_models=3), 4)
+    trained = torch.tensor(np.random.default_rng(1).normal(size=(4, D)), dtype=torch.float32)
+    results = {c: FitResult(params=trained[c], num_samples=1, model_index=0 if c == 3 else 2) for c in range(4)}
+    strategy.aggregate(1, results)
+    diagnostics = strategy.diagnostics()
+    assert diagnostics["clusters"] == [[3], [], [0, 1, 2]]
+    report = RoundReport(round=1, participants=4, ok=results, failed={}, aggregated=True, diagnostics=diagnostics)
+    assert report.n_clusters == 2
 
 
 def test_results_without_a_valid_model_index_are_rejected():

@@ -131,8 +131,11 @@ class RoundReport:
 
     @property
     def n_clusters(self) -> int:
-        """The strategy's clusters after the round (0: it does not cluster, or did not aggregate)."""
-        return len(self.diagnostics.get("clusters", []))
+        """The strategy's clusters after the round (0: it does not cluster, or did not aggregate).
+
+        A cluster is a non-empty group of clients: IFCA lists a model no client deploys as an empty one.
+        """
+        return sum(1 for cluster in self.diagnostics.get("clusters", []) if cluster)
 
 
 class FederatedRound:
