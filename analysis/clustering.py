@@ -86,13 +86,10 @@ def labels_of(clusters: Sequence[Sequence[int]], n: int) -> np.ndarray:
 def final_clusters(run: Run) -> list[list[int]] | None:
     """The clusters in force after ``run``'s last round, or ``None`` when its strategy logs none.
 
-    A strategy with a fixed number of models (IFCA) logs one list per model, empty for a model no
-    client deploys; those are left out, so that the count is that of the groups of clients.
-
     :param run: a loaded RL run
     """
     history = run.cluster_history()
-    return [cluster for cluster in history[max(history)] if cluster] if history else None
+    return history[max(history)] if history else None
 
 
 def planted_ari(run: Run) -> float:

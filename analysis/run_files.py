@@ -183,9 +183,12 @@ def read_final(
 def cluster_history(records: Sequence[dict[str, Any]]) -> dict[int, list[list[int]]]:
     """``{round: clusters}`` of the ``clusters.jsonl`` records that hold clusters.
 
+    A cluster is a non-empty group of clients: a strategy with a fixed number of models (IFCA) logs
+    one list per model, empty for a model no client deploys, and those are left out.
+
     :param records: the records, one per aggregated round
     """
-    return {int(r["round"]): [[int(c) for c in cl] for cl in r["clusters"]] for r in records if "clusters" in r}
+    return {int(r["round"]): [[int(c) for c in cl] for cl in r["clusters"] if cl] for r in records if "clusters" in r}
 
 
 def read_logs(path: Path) -> tuple[pd.DataFrame, list[dict[str, Any]]]:
