@@ -7,6 +7,7 @@ the federation loop.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +22,7 @@ from morlfed.federation import Federation, FederationConfig
 from morlfed.runtime.client import Client, TrainJob, TrainOutput
 from morlfed.runtime.executors import SequentialExecutor
 from morlfed.storage.safestate import state_from_bytes, state_to_bytes
-from morlfed.strategies.base import make_strategy
+from morlfed.strategies.base import InertSettingWarning, make_strategy
 from morlfed.strategies.fedmhc import FedMHC, cluster_heads
 from morlfed.tasks.rl.client import RLClient
 
@@ -165,8 +166,18 @@ def test_federation_evaluates_the_personal_models(finetune):
     executor = SequentialExecutor()
     executor.start(lambda cid: clients[cid], 4)
     cfg = FederationConfig(n_clients=4, rounds=3, local_steps=1, seed=0, finetune=finetune, progress=False)
-    outcome = Federation(FedMHC(n_groups=2), executor, cfg).run()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = Federation(FedMHC(n_groups=2), executor, cfg).run()
     assert all(client.evaluated == [None] for client in clients)
+    # "+FT" skips the last aggregation, which never reaches a personal model: the run says it changes nothing
+    inert = [str(w.message) for w in caught if issubclass(w.category, InertSettingWarning)]
+    if finetune:
+        assert len(inert) == 1 and "deploys the models its plain run deploys" in inert[0]
+        assert outcome.inert_warning == inert[0]
+    else:
+        assert inert == [] and outcome.inert_warning is None
+    assert set(outcome.model_ids.values()) <= {0, 1}  # the clients' groups, never -1 (a fine-tuned model)
     for c, client in enumerate(clients):
         personal = client.personal_model(c)
         assert personal is not None

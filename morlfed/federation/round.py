@@ -20,6 +20,7 @@ when and with which seeds they are evaluated, what the run produced
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -34,7 +35,7 @@ from morlfed.core.seeding import derive_seed, generator
 from morlfed.federation.checkpoint import global_rng_state, set_global_rng_state
 from morlfed.federation.config import FederationConfig, FederationOutcome
 from morlfed.federation.deployment import Deployment, PersonalModels, deployed_weights
-from morlfed.strategies.base import Strategy
+from morlfed.strategies.base import InertSettingWarning, Strategy
 
 
 def participants_for(cfg: FederationConfig, round: int) -> list[int]:
@@ -167,6 +168,22 @@ class FederatedRound:
         self.loss_steps_spent: dict[int, int | None] = dict.fromkeys(range(cfg.n_clients), 0)
         self._sent: set[int] = set()
         self._started = time.perf_counter()
+        if (inert := self.finetune_inert()) is not None:
+            warnings.warn(inert, InertSettingWarning, stacklevel=2)
+
+    def finetune_inert(self) -> str | None:
+        """Why this "+FT" run deploys what its plain run deploys, or ``None`` (not "+FT", or it differs).
+
+        A strategy whose clients deploy their private personal models (FedMHC) trains them in the
+        last round before any aggregation, so skipping that aggregation changes nothing deployed.
+        """
+        if not (self.cfg.finetune and self.strategy.deploys_personal):
+            return None
+        name = type(self.strategy).__name__
+        return (
+            f"{name} with finetune=true: its clients deploy their personal models, which the last round's "
+            "aggregation never reaches, so this +FT run deploys the models its plain run deploys"
+        )
 
     def participants(self, rnd: int) -> list[int]:
         """The clients that take part in round ``rnd`` (:func:`participants_for`).
@@ -203,7 +220,8 @@ class FederatedRound:
         self._count_steps(ok)
         last_ft = self.cfg.finetune and rnd == self.cfg.rounds
         if last_ft:
-            self.finetuned = {cid: self.strategy.finetuned_model(cid, r) for cid, r in ok.items()}
+            if not self.strategy.deploys_personal:  # such a client deploys its personal model (finetune_inert)
+                self.finetuned = {cid: self.strategy.finetuned_model(cid, r) for cid, r in ok.items()}
         else:
             self.strategy.aggregate(rnd, ok)
         self.completed = rnd
@@ -286,12 +304,13 @@ class FederatedRound:
         :param seconds_before: the run's seconds up to that checkpoint
         """
         ids, note = self.model_ids()
+        inert = [text for text in (self.strategy.inert_warning(), self.finetune_inert()) if text is not None]
         return FederationOutcome(
             evaluations,
             ids,
             seconds,
             dict(self.steps_spent),
-            self.strategy.inert_warning(),
+            "; ".join(inert) or None,
             dict(self.loss_steps_spent),
             self.strategy.split_events(),
             resumed_after,
